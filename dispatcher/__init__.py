@@ -1,0 +1,22 @@
+"""dispatcher: durable webhook and postback delivery on PostgreSQL.
+
+The public surface is small: enqueue on a caller's connection (the
+transactional outbox), the exception tree, and the receiver-side verifier.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .api import enqueue
+from .errors import BadInput, DispatcherError, OperationalError, TargetRefused, UnknownEndpoint
+
+__all__ = [
+    "BadInput",
+    "DispatcherError",
+    "OperationalError",
+    "TargetRefused",
+    "UnknownEndpoint",
+    "__version__",
+    "enqueue",
+]

@@ -1,0 +1,550 @@
+"""The command line: `dispatcher …` and `python -m dispatcher …`.
+
+An entry point: it wires settings, the database and the engine together.
+Every error reaches the user as one line on stderr (exit 2 for bad input,
+1 for operational failure); `--json` prints exactly one document on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import Any, NoReturn
+
+import asyncpg
+import orjson
+
+from . import __version__, store
+from .api import payload_text
+from .dlq import classify
+from .embedded import resolve_database_url
+from .errors import BadInput, DispatcherError, OperationalError
+from .models import EndpointSpec
+from .settings import Settings
+from .signing import generate_secret, secret_key
+from .ssrf import validate_url
+
+Handler = Callable[[argparse.Namespace, Settings], Awaitable[int]]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, not argparse's usage block.
+        sys.stderr.write(f"dispatcher: error: {message}\n")
+        sys.exit(2)
+
+
+# ---------------------------------------------------------------- output
+
+
+def _emit(args: argparse.Namespace, doc: Any, human: Callable[[], None]) -> None:
+    if getattr(args, "json", False):
+        sys.stdout.write(orjson.dumps(doc, default=_default).decode() + "\n")
+    else:
+        human()
+
+
+def _default(value: Any) -> Any:
+    from decimal import Decimal
+
+    if isinstance(value, Decimal):
+        return float(value)
+    raise TypeError
+
+
+def _table(rows: list[dict[str, Any]], cols: Sequence[str]) -> None:
+    if not rows:
+        print("(none)")
+        return
+    cells = [[_cell(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.1f}"
+    if isinstance(v, datetime):
+        return v.isoformat(timespec="seconds")
+    if isinstance(v, list | tuple):
+        return ",".join(str(x) for x in v)
+    return str(v)
+
+
+# ---------------------------------------------------------------- database
+
+
+async def _with_conn(settings: Settings, fn: Callable[[asyncpg.Connection], Awaitable[int]]) -> int:
+    url = resolve_database_url(settings.database_url, settings.home)
+    conn = await store.connect(url)
+    try:
+        await store.require_schema(conn)
+        return await fn(conn)
+    finally:
+        await conn.close()
+
+
+# ---------------------------------------------------------------- commands
+
+
+async def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    url = resolve_database_url(settings.database_url, settings.home)
+    conn = await store.connect(url)
+    try:
+        applied = await store.migrate(conn)
+    finally:
+        await conn.close()
+    _emit(
+        args,
+        {"applied": applied, "current": True},
+        lambda: print(f"applied {len(applied)} migration(s); schema is current"),
+    )
+    return 0
+
+
+def _spec(args: argparse.Namespace) -> EndpointSpec:
+    validate_url(args.url)
+    if args.secret is not None:
+        secret_key(args.secret)
+        if not args.secret.startswith("whsec_"):
+            raise BadInput("secret must start with whsec_")
+    spec = EndpointSpec(
+        url=args.url,
+        secret=args.secret,
+        event_types=tuple(args.event_type) if args.event_type else ("*",),
+        rate_per_s=args.rate_per_s,
+        burst=args.burst,
+        max_in_flight=args.max_in_flight,
+        timeout_ms=args.timeout_ms,
+        max_attempts=args.max_attempts,
+        retry_base_ms=args.retry_base_ms,
+        retry_cap_ms=args.retry_cap_ms,
+        failure_threshold=args.failure_threshold,
+        cooldown_s=args.cooldown_s,
+    )
+    spec.validate()
+    return spec
+
+
+async def cmd_endpoint_add(args: argparse.Namespace, settings: Settings) -> int:
+    spec = _spec(args)
+
+    async def go(conn: asyncpg.Connection) -> int:
+        row = await store.add_endpoint(conn, spec, spec.secret or generate_secret())
+        doc = store.endpoint_public(row, with_secret=True)
+        _emit(args, doc, lambda: print(f"endpoint {doc['id']} {doc['url']}\nsecret {doc['secret']}"))
+        return 0
+
+    return await _with_conn(settings, go)
+
+
+async def cmd_endpoint_list(args: argparse.Namespace, settings: Settings) -> int:
+    async def go(conn: asyncpg.Connection) -> int:
+        rows = [store.endpoint_public(r) for r in await store.list_endpoints(conn)]
+        cols = ["id", "url", "enabled", "event_types", "rate_per_s", "max_in_flight",
+                "timeout_ms", "max_attempts"]  # fmt: skip
+        _emit(args, rows, lambda: _table(rows, cols))
+        return 0
+
+    return await _with_conn(settings, go)
+
+
+async def cmd_endpoint_rotate(args: argparse.Namespace, settings: Settings) -> int:
+    if args.grace_s < 0:
+        raise BadInput("--grace-s must not be negative")
+
+    async def go(conn: asyncpg.Connection) -> int:
+        row = await store.rotate_secret(conn, args.id, generate_secret(), args.grace_s)
+        doc = store.endpoint_public(row, with_secret=True)
+        doc["grace_s"] = args.grace_s
+        _emit(args, doc, lambda: print(f"endpoint {doc['id']} new secret {doc['secret']}"))
+        return 0
+
+    return await _with_conn(settings, go)
+
+
+def _toggle(enabled: bool) -> Handler:
+    async def handler(args: argparse.Namespace, settings: Settings) -> int:
+        async def go(conn: asyncpg.Connection) -> int:
+            row = await store.set_enabled(conn, args.id, enabled)
+            doc = store.endpoint_public(row)
+            state = "enabled" if enabled else "disabled"
+            _emit(args, doc, lambda: print(f"endpoint {doc['id']} {state}"))
+            return 0
+
+        return await _with_conn(settings, go)
+
+    return handler
+
+
+async def cmd_endpoint_health(args: argparse.Namespace, settings: Settings) -> int:
+    async def go(conn: asyncpg.Connection) -> int:
+        rows = await store.endpoint_health(conn, settings.latency_window_s)
+        cols = ["endpoint_id", "state", "consecutive_failures", "p50_ms", "p95_ms", "p99_ms",
+                "sample_count", "enabled", "url"]  # fmt: skip
+        _emit(args, rows, lambda: _table(rows, cols))
+        return 0
+
+    return await _with_conn(settings, go)
+
+
+def _read_events(path: str) -> list[tuple[str, str, str, int | None]]:
+    import uuid
+
+    try:
+        f = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
+    except OSError as exc:
+        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
+    events = []
+    with f:
+        for lineno, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                doc = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                raise BadInput(f"{path}:{lineno}: not valid JSON") from None
+            if not isinstance(doc, dict):
+                raise BadInput(f"{path}:{lineno}: each line must be a JSON object")
+            et = doc.get("event_type")
+            if not isinstance(et, str) or not et:
+                raise BadInput(f"{path}:{lineno}: event_type must be a non-empty string")
+            if "payload" not in doc:
+                raise BadInput(f"{path}:{lineno}: payload is missing")
+            eid = doc.get("event_id")
+            if eid is not None and (not isinstance(eid, str) or not eid or len(eid) > 200):
+                raise BadInput(f"{path}:{lineno}: event_id must be a non-empty string")
+            ep = doc.get("endpoint")
+            if ep is not None and (not isinstance(ep, int) or isinstance(ep, bool)):
+                raise BadInput(f"{path}:{lineno}: endpoint must be an integer id")
+            events.append(
+                (
+                    eid or f"evt_{uuid.uuid4().hex}",
+                    et,
+                    orjson.dumps(doc["payload"]).decode(),
+                    ep,
+                )
+            )
+    return events
+
+
+async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
+    if args.file is not None:
+        if args.payload is not None or args.event_type is not None:
+            raise BadInput("--file cannot be combined with --event-type/--payload")
+        events = _read_events(args.file)
+
+        async def bulk(conn: asyncpg.Connection) -> int:
+            created = await store.enqueue_bulk(conn, events)
+            doc = {"events": len(events), "deliveries": created}
+            _emit(args, doc, lambda: print(f"{len(events)} events, {created} deliveries queued"))
+            return 0
+
+        return await _with_conn(settings, bulk)
+
+    if args.event_type is None or args.payload is None:
+        raise BadInput("enqueue needs --event-type and --payload (or --file)")
+    if not args.event_type:
+        raise BadInput("--event-type must not be empty")
+    if args.event_id is not None and (not args.event_id or len(args.event_id) > 200):
+        raise BadInput("--event-id must be 1..200 characters")
+    payload = payload_text(args.payload)
+    import uuid
+
+    event_id = args.event_id or f"evt_{uuid.uuid4().hex}"
+
+    async def one(conn: asyncpg.Connection) -> int:
+        ids = await store.enqueue(conn, args.event_type, payload, event_id, args.endpoint)
+        doc = {"event_id": event_id, "deliveries": ids}
+        _emit(args, doc, lambda: print(f"event {event_id}: deliveries {ids}"))
+        return 0
+
+    return await _with_conn(settings, one)
+
+
+async def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
+    async def go(conn: asyncpg.Connection) -> int:
+        doc = await store.health_summary(conn)
+        _emit(args, doc, lambda: _table([doc], list(doc)))
+        return 0
+
+    return await _with_conn(settings, go)
+
+
+async def cmd_slow(args: argparse.Namespace, settings: Settings) -> int:
+    async def go(conn: asyncpg.Connection) -> int:
+        rows = [
+            r
+            for r in await store.endpoint_health(conn, settings.latency_window_s)
+            if r["sample_count"] >= 20 and r["p95_ms"] is not None and r["p95_ms"] > args.p95_ms
+        ]
+        cols = ["endpoint_id", "url", "p50_ms", "p95_ms", "p99_ms", "sample_count", "state"]
+        _emit(args, rows, lambda: _table(rows, cols))
+        return 0
+
+    return await _with_conn(settings, go)
+
+
+async def dlq_report(conn: asyncpg.Connection, hours: float) -> list[dict[str, Any]]:
+    out = []
+    for r in await store.dead_letters_by_endpoint(conn, hours):
+        pattern = classify(r["times"], r["codes"])
+        out.append(
+            {
+                "endpoint_id": r["endpoint_id"],
+                "dead": r["dead"],
+                "primary_error": r["primary_error"],
+                "primary_status_code": r["primary_status_code"],
+                "first_at": r["first_at"],
+                "last_at": r["last_at"],
+                "avg_attempts": round(r["avg_attempts"], 2),
+                "pattern": pattern.name,
+                "suggested_action": pattern.action,
+            }
+        )
+    return out
+
+
+async def cmd_dlq_analyze(args: argparse.Namespace, settings: Settings) -> int:
+    if args.hours <= 0:
+        raise BadInput("--hours must be positive")
+
+    async def go(conn: asyncpg.Connection) -> int:
+        rows = await dlq_report(conn, args.hours)
+        cols = ["endpoint_id", "dead", "primary_status_code", "primary_error", "avg_attempts",
+                "pattern", "suggested_action"]  # fmt: skip
+        _emit(args, rows, lambda: _table(rows, cols))
+        return 0
+
+    return await _with_conn(settings, go)
+
+
+def _time(value: str | None, flag: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadInput(f"{flag} must be an ISO-8601 time, got {value!r}") from None
+    if t.tzinfo is None:
+        from datetime import UTC
+
+        t = t.replace(tzinfo=UTC)
+    return t
+
+
+async def cmd_dlq_replay(args: argparse.Namespace, settings: Settings) -> int:
+    if not args.id and args.endpoint is None:
+        raise BadInput("dlq replay needs --id ID … or --endpoint ID")
+    if args.id and args.endpoint is not None:
+        raise BadInput("use either --id or --endpoint, not both")
+    since = _time(args.since, "--since")
+    until = _time(args.until, "--until")
+
+    async def go(conn: asyncpg.Connection) -> int:
+        if args.id:
+            n = await store.replay_ids(conn, list(args.id))
+        else:
+            n = await store.replay_endpoint(conn, args.endpoint, since, until)
+        _emit(args, {"requeued": n}, lambda: print(f"requeued {n} dead letter(s)"))
+        return 0
+
+    return await _with_conn(settings, go)
+
+
+async def cmd_alerts(args: argparse.Namespace, settings: Settings) -> int:
+    from .alerts import evaluate
+
+    async def go(conn: asyncpg.Connection) -> int:
+        doc = await evaluate(conn, settings)
+        rows = [{"alert": k, **v} for k, v in doc.items()]
+        _emit(args, doc, lambda: _table(rows, ["alert", "firing", "value", "threshold"]))
+        return 0
+
+    return await _with_conn(settings, go)
+
+
+async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    from dataclasses import replace
+
+    from . import log
+    from .engine import Engine
+
+    if args.max_in_flight is not None:
+        settings = replace(settings, max_in_flight=args.max_in_flight)
+    if args.batch_size is not None:
+        settings = replace(settings, batch_size=args.batch_size)
+    if settings.max_in_flight < 1 or settings.batch_size < 1:
+        raise BadInput("--max-in-flight and --batch-size must be at least 1")
+    log.setup(os.environ.get("DISPATCHER_LOG_LEVEL", "info"))
+    url = resolve_database_url(settings.database_url, settings.home)
+    engine = Engine(settings, url)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, engine.stop)
+    # Long-lived start-up objects (modules, the loop) never become garbage;
+    # freezing them and raising the young-generation threshold takes the
+    # collector off the hot path (it cost ~20% of a busy process).
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
+    admin = None
+    if args.http:
+        from .admin import start_admin
+
+        admin = await start_admin(args.http, settings, url)
+    try:
+        await engine.run(drain=args.drain)
+    finally:
+        if admin is not None:
+            await admin.cleanup()
+    return 0
+
+
+async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from .admin import start_admin
+
+    url = resolve_database_url(settings.database_url, settings.home)
+    runner = await start_admin(args.http, settings, url)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+    return 0
+
+
+async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from .demo import run_demo
+
+    return await run_demo(settings, events=args.events)
+
+
+async def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        from benchmarks.harness import main as bench_main
+    except ImportError:
+        raise OperationalError(
+            "the benchmark harness lives in the repository's benchmarks/ folder: "
+            "run `dispatcher bench` from a checkout"
+        ) from None
+    return await bench_main(args.bench_args, settings)
+
+
+# ---------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="dispatcher", description="Webhook and postback delivery on PostgreSQL.")
+    p.add_argument("--version", action="version", version=f"dispatcher {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def cmd(name: str, handler: Handler, parent: Any = sub, **kw: Any) -> argparse.ArgumentParser:
+        sp: argparse.ArgumentParser = parent.add_parser(name, **kw)
+        sp.set_defaults(handler=handler)
+        sp.add_argument("--json", action="store_true", help="print one JSON document")
+        return sp
+
+    cmd("migrate", cmd_migrate, help="apply schema migrations")
+
+    ep = sub.add_parser("endpoint", help="manage endpoints")
+    eps = ep.add_subparsers(dest="endpoint_command", required=True, parser_class=_Parser)
+    add = cmd("add", cmd_endpoint_add, eps)
+    add.add_argument("--url", required=True)
+    add.add_argument("--secret")
+    add.add_argument("--event-type", action="append")
+    add.add_argument("--rate-per-s", type=float)
+    add.add_argument("--burst", type=int)
+    add.add_argument("--max-in-flight", type=int, default=100)
+    add.add_argument("--timeout-ms", type=int, default=15_000)
+    add.add_argument("--max-attempts", type=int, default=5)
+    add.add_argument("--retry-base-ms", type=int, default=30_000)
+    add.add_argument("--retry-cap-ms", type=int, default=3_600_000)
+    add.add_argument("--failure-threshold", type=int, default=10)
+    add.add_argument("--cooldown-s", type=float, default=300.0)
+    cmd("list", cmd_endpoint_list, eps)
+    rot = cmd("rotate-secret", cmd_endpoint_rotate, eps)
+    rot.add_argument("id", type=int)
+    rot.add_argument("--grace-s", type=float, default=86_400.0)
+    for name, enabled in (("disable", False), ("enable", True)):
+        t = cmd(name, _toggle(enabled), eps)
+        t.add_argument("id", type=int)
+    cmd("health", cmd_endpoint_health, eps)
+
+    enq = cmd("enqueue", cmd_enqueue, help="queue an event (or a JSONL file of them)")
+    enq.add_argument("--event-type")
+    enq.add_argument("--payload")
+    enq.add_argument("--event-id")
+    enq.add_argument("--endpoint", type=int)
+    enq.add_argument("--file")
+
+    run = cmd("run", cmd_run, help="the worker")
+    run.add_argument("--drain", action="store_true")
+    run.add_argument("--max-in-flight", type=int)
+    run.add_argument("--batch-size", type=int)
+    run.add_argument("--http", metavar="HOST:PORT")
+
+    serve = cmd("serve", cmd_serve, help="the admin API alone")
+    serve.add_argument("--http", metavar="HOST:PORT", required=True)
+
+    cmd("alerts", cmd_alerts)
+    cmd("health", cmd_health)
+    slow = cmd("slow", cmd_slow)
+    slow.add_argument("--p95-ms", type=float, default=2000.0)
+
+    dlq = sub.add_parser("dlq", help="dead letters")
+    dlqs = dlq.add_subparsers(dest="dlq_command", required=True, parser_class=_Parser)
+    an = cmd("analyze", cmd_dlq_analyze, dlqs)
+    an.add_argument("--hours", type=float, default=24.0)
+    rp = cmd("replay", cmd_dlq_replay, dlqs)
+    rp.add_argument("--id", type=int, action="append")
+    rp.add_argument("--endpoint", type=int)
+    rp.add_argument("--since")
+    rp.add_argument("--until")
+
+    demo = cmd("demo", cmd_demo, help="see it work on local receivers")
+    demo.add_argument("--events", type=int, default=300)
+
+    bench = cmd("bench", cmd_bench, help="the benchmark harness", add_help=False)
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = Settings.from_env()
+        code = _run(args.handler(args, settings))
+    except DispatcherError as exc:
+        sys.stderr.write(f"dispatcher: error: {exc}\n")
+        code = exc.exit_code
+    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        msg = str(exc).strip().splitlines()
+        sys.stderr.write(f"dispatcher: error: {msg[0] if msg else type(exc).__name__}\n")
+        code = 1
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)
+
+
+def _run(coro: Awaitable[int]) -> int:
+    try:
+        import uvloop
+
+        return uvloop.run(coro)  # type: ignore[no-any-return]
+    except ImportError:  # pragma: no cover - uvloop is a core dependency
+        return asyncio.run(coro)  # type: ignore[arg-type]

@@ -1,0 +1,498 @@
+"""The engine: owns the event loop's flow for one worker process.
+
+wait (NOTIFY | poll | freed slots | stop) → claim a batch sized to what each
+endpoint can start → one task per row (gate → sign → POST) → outcomes into a
+buffer → one batched write per flush. No transaction is open while a request
+is in flight; claims continue while earlier rows are still being sent.
+
+It never decides policy itself: retry timing comes from retry.py and breaker
+transitions from breaker.py; SQL stays in store.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import asyncpg
+
+from . import log, store
+from .breaker import Breaker, BreakerState, effective_threshold, on_failure, on_success, probe_due
+from .gate import Gate
+from .listener import Listener
+from .models import AttemptResult, Delivery, Endpoint, Outcome, Status, Verdict
+from .retry import decide
+from .sender import Sender
+from .settings import Settings
+
+# How long a flush failure waits before trying again; outcomes stay buffered.
+FLUSH_RETRY_S = 1.0
+
+
+@dataclass(slots=True)
+class Stats:
+    claimed: int = 0
+    claims: int = 0
+    delivered: int = 0
+    retried: int = 0
+    dead: int = 0
+    released: int = 0
+    flushes: int = 0
+    statements: int = 0
+    breaker_transitions: list[tuple[int, str, str]] = field(default_factory=list)
+
+
+class Engine:
+    def __init__(
+        self,
+        settings: Settings,
+        database_url: str,
+        *,
+        sender: Sender | None = None,
+        worker_id: str | None = None,
+        random_draw: Callable[[], float] = random.random,
+    ) -> None:
+        self.settings = settings
+        self.url = database_url
+        self.worker = worker_id or f"w-{uuid.uuid4().hex[:12]}"
+        self.sender = sender or Sender(
+            allow_private=settings.allow_private_targets, body_cap=settings.response_body_cap
+        )
+        self._draw = random_draw
+        self.stats = Stats()
+        self._gates: dict[int, Gate] = {}
+        self._order: list[int] = []  # endpoint ids, rotated each claim for fairness
+        self._pool: asyncpg.Pool | None = None
+        self._listener: Listener | None = None
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._inflight = 0  # rows claimed and not yet resolved to an outcome
+        self._since_claim = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._started: set[asyncio.Task[None]] = set()
+        self._buffer: list[Outcome] = []
+        self._flush_wanted = asyncio.Event()
+        self._flush_lock = asyncio.Lock()
+        self._db_clock_offset = 0.0  # db_now - time.time(), for breaker decisions
+
+    # ------------------------------------------------------------ lifecycle
+
+    def stop(self) -> None:
+        """Stop claiming; run() then winds down within the grace period."""
+        self._stopping = True
+        self._wake.set()
+
+    async def run(self, *, drain: bool = False) -> None:
+        self._pool = await store.create_pool(self.url, size=4)
+        background: list[asyncio.Task[None]] = []
+        try:
+            async with self._pool.acquire() as conn:
+                await store.require_schema(conn)
+            await self.sender.start()
+            self._listener = Listener(self.url, self._wake)
+            await self._listener.start()
+            await self._refresh_endpoints()
+            background = [
+                asyncio.create_task(self._flusher(), name="dispatcher-flusher"),
+                asyncio.create_task(self._refresher(), name="dispatcher-refresher"),
+                asyncio.create_task(self._maintainer(), name="dispatcher-maintenance"),
+            ]
+            log.event("engine_started", worker=self.worker, drain=drain)
+            await self._loop(drain)
+        finally:
+            await self._wind_down(background)
+            log.event(
+                "engine_stopped",
+                worker=self.worker,
+                delivered=self.stats.delivered,
+                retried=self.stats.retried,
+                dead=self.stats.dead,
+                released=self.stats.released,
+            )
+
+    async def _loop(self, drain: bool) -> None:
+        poll = self.settings.poll_interval_s
+        while not self._stopping:
+            self._wake.clear()
+            got, budget_left = await self._claim()
+            if self._stopping:
+                break
+            if drain and got == 0 and self._inflight == 0:
+                # Outcomes just written may have made rows due (a retry with
+                # no delay); only an empty claim after the flush ends a drain.
+                await self._flush_all()
+                got, _ = await self._claim()
+                if got == 0 and self._inflight == 0:
+                    return
+                continue
+            if got and budget_left:
+                continue  # more may be due and there is room: claim again now
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), poll)
+
+    async def _wind_down(self, background: list[asyncio.Task[None]]) -> None:
+        self._stopping = True
+        # Rows not yet on the wire go back at once; those mid-request get the
+        # grace period to finish.
+        for t in self._tasks - self._started:
+            t.cancel()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=self.settings.grace_s)
+        for t in list(self._tasks):
+            t.cancel()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=5)
+        for t in background:
+            t.cancel()
+        for t in background:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        with contextlib.suppress(Exception):
+            await self._flush_all()
+        if self._listener is not None:
+            await self._listener.close()
+        await self.sender.close()
+        if self._pool is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._pool.close(), 5)
+
+    # ------------------------------------------------------------ endpoints
+
+    async def _refresh_endpoints(self) -> None:
+        assert self._pool is not None
+        async with self._pool.acquire() as conn:
+            db_now, rows = await store.engine_endpoints(conn)
+        self._db_clock_offset = db_now - time.time() if rows else 0.0
+        seen = set()
+        for endpoint, breaker, probe_owner, p95 in rows:
+            seen.add(endpoint.id)
+            gate = self._gates.get(endpoint.id)
+            if gate is None:
+                wire = self.sender.wire(endpoint.url, endpoint.secrets, endpoint.timeout_ms)
+                gate = self._gates[endpoint.id] = Gate(endpoint, wire, breaker)
+                self._order.append(endpoint.id)
+            elif gate.endpoint != endpoint:
+                wire = gate.wire
+                if (gate.endpoint.url, gate.endpoint.secrets, gate.endpoint.timeout_ms) != (
+                    endpoint.url,
+                    endpoint.secrets,
+                    endpoint.timeout_ms,
+                ):
+                    wire = self.sender.wire(endpoint.url, endpoint.secrets, endpoint.timeout_ms)
+                gate.reconfigure(endpoint, wire)
+            gate.p95_ms = p95
+            gate.breaker = breaker
+            gate.probing = breaker.state is BreakerState.HALF_OPEN and probe_owner == self.worker
+            if not gate.probing:
+                gate.probe_sent = False
+            if probe_due(breaker, db_now) or breaker.state is BreakerState.HALF_OPEN:
+                await self._try_probe(gate)
+        for gone in set(self._gates) - seen:
+            if self._gates[gone].claimed == 0:
+                del self._gates[gone]
+                self._order.remove(gone)
+
+    async def _try_probe(self, gate: Gate) -> None:
+        if gate.probing:
+            return
+        assert self._pool is not None
+        stale = gate.lease_s(self.settings.lease_margin_s)
+        async with self._pool.acquire() as conn:
+            won = await store.begin_probe(conn, gate.endpoint.id, self.worker, stale)
+        if won:
+            gate.breaker = Breaker(
+                state=BreakerState.HALF_OPEN,
+                consecutive_failures=gate.breaker.consecutive_failures,
+                opened_at=gate.breaker.opened_at,
+                cooldown_s=gate.breaker.cooldown_s,
+            )
+            gate.probing = True
+            gate.probe_sent = False
+            self._record_transition(gate.endpoint.id, "open", "half_open")
+            self._wake.set()
+
+    async def _refresher(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.endpoint_refresh_s)
+            try:
+                await self._refresh_endpoints()
+            except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+                log.event("refresh_failed", logging.WARNING, error=str(exc)[:200])
+
+    async def _maintainer(self) -> None:
+        assert self._pool is not None
+        while True:
+            await asyncio.sleep(self.settings.percentile_refresh_s)
+            try:
+                async with self._pool.acquire() as conn:
+                    await store.maintain(conn, self.settings.latency_window_s)
+            except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+                log.event("maintenance_failed", logging.WARNING, error=str(exc)[:200])
+
+    # ------------------------------------------------------------ claiming
+
+    def _claim_threshold(self) -> int:
+        return max(1, min(self.settings.batch_size, self.settings.max_in_flight) // 4)
+
+    async def _claim(self) -> tuple[int, bool]:
+        """Claims what can be started now. Returns (rows, budget left after)."""
+        free = self.settings.max_in_flight - self._inflight
+        if free <= 0 or not self._order:
+            return 0, False
+        limit = min(free, self.settings.batch_size)
+        # Rotate so that endpoints early in the list do not always fill the
+        # batch first.
+        k = random.randrange(len(self._order))
+        order = self._order[k:] + self._order[:k]
+        ids: list[int] = []
+        budgets: list[int] = []
+        leases: list[float] = []
+        margin = self.settings.lease_margin_s
+        for eid in order:
+            gate = self._gates[eid]
+            n = gate.budget()
+            if n > 0:
+                ids.append(eid)
+                budgets.append(min(n, limit))
+                leases.append(gate.lease_s(margin))
+        if not ids:
+            return 0, False
+        assert self._pool is not None
+        try:
+            async with self._pool.acquire() as conn:
+                rows = await store.claim(
+                    conn,
+                    endpoint_ids=ids,
+                    budgets=budgets,
+                    leases_s=leases,
+                    limit=limit,
+                    worker=self.worker,
+                )
+        except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+            log.event("claim_failed", logging.WARNING, error=str(exc)[:200])
+            await asyncio.sleep(FLUSH_RETRY_S)
+            return 0, False
+        self.stats.claims += 1
+        self.stats.statements += 1
+        self._since_claim = 0
+        for d in rows:
+            self._start(d)
+        return len(rows), len(rows) == limit and self._inflight < self.settings.max_in_flight
+
+    def _start(self, d: Delivery) -> None:
+        gate = self._gates[d.endpoint_id]
+        gate.claimed += 1
+        if gate.probing:
+            gate.probe_sent = True
+        self._inflight += 1
+        self.stats.claimed += 1
+        task = asyncio.create_task(self._deliver(gate, d))
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._started.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.event("delivery_task_crashed", logging.ERROR, error=repr(task.exception())[:200])
+
+    # ------------------------------------------------------------ delivering
+
+    async def _deliver(self, gate: Gate, d: Delivery) -> None:
+        resolved = False
+        try:
+            async with gate.sem:
+                if gate.limiter is not None and gate.sendable():
+                    await gate.limiter.acquire()
+                if self._stopping or not gate.sendable():
+                    self._resolve(gate, self._release(d))
+                    resolved = True
+                    return
+                task = asyncio.current_task()
+                assert task is not None
+                self._started.add(task)
+                result = await self.sender.post(gate.wire, d.event_id, d.body)
+            self._resolve(gate, self._decide(gate, d, result), result)
+            resolved = True
+        finally:
+            if not resolved:
+                # Cancelled (shutdown) or crashed: hand the row back unspent.
+                self._resolve(gate, self._release(d))
+
+    def _release(self, d: Delivery) -> Outcome:
+        return Outcome(
+            delivery_id=d.id,
+            endpoint_id=d.endpoint_id,
+            status=Status.PENDING,
+            next_attempt_in_s=0.0,
+            spent_attempt=False,
+        )
+
+    def _decide(self, gate: Gate, d: Delivery, r: AttemptResult) -> Outcome:
+        ep = gate.endpoint
+        decision = decide(
+            verdict=r.verdict,
+            attempts_made=d.attempt_count + 1,
+            max_attempts=d.max_attempts,
+            base_s=ep.retry_base_ms / 1000,
+            cap_s=ep.retry_cap_ms / 1000,
+            jitter=self._draw(),
+            retry_after_s=r.retry_after_s,
+        )
+        return Outcome(
+            delivery_id=d.id,
+            endpoint_id=d.endpoint_id,
+            status=decision.status,
+            next_attempt_in_s=decision.delay_s,
+            spent_attempt=True,
+            status_code=r.status_code,
+            response_ms=r.response_ms,
+            error=r.error,
+            disable_endpoint=r.gone,
+        )
+
+    def _resolve(self, gate: Gate, outcome: Outcome, result: AttemptResult | None = None) -> None:
+        gate.claimed -= 1
+        self._inflight -= 1
+        st = self.stats
+        if outcome.status is Status.DELIVERED:
+            st.delivered += 1
+        elif outcome.status is Status.FAILED:
+            st.retried += 1
+        elif outcome.status is Status.DEAD_LETTER:
+            st.dead += 1
+        else:
+            st.released += 1
+        if result is not None:
+            # The local view of the breaker, so this process stops sending at
+            # once; the flush makes the authoritative transition.
+            now = time.time() + self._db_clock_offset
+            if result.verdict is Verdict.SUCCESS:
+                gate.breaker = on_success(gate.breaker, now, base_cooldown_s=gate.endpoint.cooldown_s)
+            else:
+                gate.breaker = on_failure(gate.breaker, now, threshold=self._threshold(gate))
+            if outcome.disable_endpoint:
+                gate.endpoint = _disabled(gate.endpoint)
+        self._buffer.append(outcome)
+        if len(self._buffer) >= self.settings.flush_size or len(self._buffer) == 1:
+            self._flush_wanted.set()
+        self._since_claim += 1
+        if self._since_claim >= self._claim_threshold() or self._inflight == 0:
+            self._wake.set()
+
+    def _threshold(self, gate: Gate) -> int:
+        return effective_threshold(gate.endpoint.failure_threshold, gate.p95_ms)
+
+    # ------------------------------------------------------------ flushing
+
+    async def _flusher(self) -> None:
+        while True:
+            await self._flush_wanted.wait()
+            if len(self._buffer) < self.settings.flush_size:
+                await asyncio.sleep(self.settings.flush_interval_s)
+            self._flush_wanted.clear()
+            try:
+                await self._flush_all()
+            except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+                log.event("flush_failed", logging.WARNING, error=str(exc)[:200])
+                await asyncio.sleep(FLUSH_RETRY_S)
+                self._flush_wanted.set()
+
+    async def _flush_all(self) -> None:
+        async with self._flush_lock:
+            while self._buffer:
+                batch = self._buffer
+                self._buffer = []
+                try:
+                    await self._write(batch)
+                except BaseException:
+                    # Keep them for the next try: an outcome is never dropped.
+                    self._buffer = batch + self._buffer
+                    raise
+
+    async def _write(self, batch: list[Outcome]) -> None:
+        assert self._pool is not None
+        spent: dict[int, list[Outcome]] = {}
+        for o in batch:
+            if o.spent_attempt:
+                spent.setdefault(o.endpoint_id, []).append(o)
+        now_mono = time.monotonic()
+        touched = []
+        for eid, outs in spent.items():
+            gate = self._gates.get(eid)
+            quiet = (
+                gate is not None
+                and gate.breaker.state is BreakerState.CLOSED
+                and gate.breaker.consecutive_failures == 0
+                and all(o.status is Status.DELIVERED for o in outs)
+                and now_mono - gate.success_written_at < 1.0
+            )
+            if not quiet:
+                touched.append(eid)
+        gone = sorted({o.endpoint_id for o in batch if o.disable_endpoint})
+        async with self._pool.acquire() as conn, conn.transaction():
+            await store.record_outcomes(conn, batch, self.worker)
+            self.stats.statements += 1
+            if touched:
+                await self._write_breakers(conn, sorted(touched), spent)
+            if gone:
+                await store.disable_gone(conn, gone)
+                self.stats.statements += 1
+        self.stats.flushes += 1
+        for eid in touched:
+            gate = self._gates.get(eid)
+            if gate is not None:
+                gate.success_written_at = now_mono
+
+    async def _write_breakers(
+        self, conn: asyncpg.Connection, ids: list[int], spent: dict[int, list[Outcome]]
+    ) -> None:
+        locked = await store.lock_breakers(conn, ids)
+        now = time.time() + self._db_clock_offset
+        new: dict[int, tuple[Breaker, int]] = {}
+        transitions: list[tuple[int, str, str, float]] = []
+        for eid, (b, p95) in locked.items():
+            gate = self._gates.get(eid)
+            ep = gate.endpoint if gate is not None else None
+            threshold = effective_threshold(ep.failure_threshold if ep else 10, p95)
+            base_cooldown = ep.cooldown_s if ep else b.cooldown_s
+            before = b.state
+            for o in spent[eid]:
+                if o.status is Status.DELIVERED:
+                    b = on_success(b, now, base_cooldown_s=base_cooldown)
+                else:
+                    b = on_failure(b, now, threshold=threshold)
+                if b.state is not before:
+                    transitions.append((eid, before.value, b.state.value, b.cooldown_s))
+                    log.event(
+                        "breaker_transition",
+                        endpoint_id=eid,
+                        from_state=before.value,
+                        to_state=b.state.value,
+                        cooldown_s=b.cooldown_s,
+                    )
+                    self.stats.breaker_transitions.append((eid, before.value, b.state.value))
+                    before = b.state
+            new[eid] = (b, threshold)
+            if gate is not None:
+                gate.breaker = b
+                if b.state is not BreakerState.HALF_OPEN:
+                    gate.probing = False
+                    gate.probe_sent = False
+        await store.store_breakers(conn, new)
+        await store.record_transitions(conn, transitions)
+        self.stats.statements += 3
+
+    def _record_transition(self, eid: int, from_state: str, to_state: str) -> None:
+        log.event("breaker_transition", endpoint_id=eid, from_state=from_state, to_state=to_state)
+        self.stats.breaker_transitions.append((eid, from_state, to_state))
+
+
+def _disabled(ep: Endpoint) -> Endpoint:
+    return replace(ep, enabled=False)

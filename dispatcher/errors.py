@@ -1,0 +1,36 @@
+"""The one exception tree of dispatcher.
+
+    DispatcherError
+    ├── BadInput          user-supplied data is wrong (CLI exit 2, HTTP 400)
+    │   └── UnknownEndpoint
+    ├── TargetRefused     the SSRF guard refused a destination
+    └── OperationalError  the database or the machine failed us (CLI exit 1)
+
+Messages are single lines meant for people; they never carry payload data.
+"""
+
+from __future__ import annotations
+
+
+class DispatcherError(Exception):
+    """Base of every error dispatcher raises on purpose."""
+
+    exit_code = 1
+
+
+class BadInput(DispatcherError):
+    exit_code = 2
+
+
+class UnknownEndpoint(BadInput):
+    pass
+
+
+class TargetRefused(DispatcherError):
+    """A destination resolved to an address the SSRF guard does not allow."""
+
+    exit_code = 2
+
+
+class OperationalError(DispatcherError):
+    exit_code = 1

@@ -1,0 +1,51 @@
+"""Structured logs: one JSON object per line on stderr.
+
+Callers pass event names and ids, never payloads; `event()` refuses keys that
+name payload-bearing fields so a careless call cannot leak one.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Any
+
+import orjson
+
+_FORBIDDEN = frozenset({"payload", "body", "secret", "secrets", "data"})
+
+_logger = logging.getLogger("dispatcher")
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "event": record.getMessage(),
+        }
+        fields = getattr(record, "fields", None)
+        if fields:
+            doc.update(fields)
+        return orjson.dumps(doc, default=str).decode()
+
+
+def setup(level: str = "info") -> None:
+    if any(getattr(h, "_dispatcher", False) for h in _logger.handlers):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonFormatter())
+    handler._dispatcher = True  # type: ignore[attr-defined]
+    _logger.addHandler(handler)
+    _logger.setLevel(level.upper())
+    _logger.propagate = False
+
+
+def event(name: str, level: int = logging.INFO, **fields: Any) -> None:
+    if not _logger.isEnabledFor(level):
+        return
+    leaked = _FORBIDDEN.intersection(fields)
+    if leaked:
+        raise ValueError(f"refusing to log payload-bearing fields: {sorted(leaked)}")
+    _logger.log(level, name, extra={"fields": fields, "t": time.time()})

@@ -1,0 +1,135 @@
+"""Values shared by every layer: endpoints, claimed deliveries, outcomes.
+
+Stdlib only. Nothing here performs I/O or reads the clock.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class Status(enum.StrEnum):
+    PENDING = "pending"
+    IN_FLIGHT = "in_flight"
+    DELIVERED = "delivered"
+    FAILED = "failed"  # failed, a retry is scheduled at next_attempt_at
+    DEAD_LETTER = "dead_letter"
+
+
+class Verdict(enum.Enum):
+    """How one HTTP attempt ended, before retry policy is applied."""
+
+    SUCCESS = "success"
+    RETRYABLE = "retryable"
+    PERMANENT = "permanent"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Endpoint:
+    id: int
+    url: str
+    secrets: tuple[str, ...]  # current first, then rotated-out ones still in grace
+    event_types: tuple[str, ...] = ("*",)
+    rate_per_s: float | None = None
+    burst: int | None = None
+    max_in_flight: int = 100
+    timeout_ms: int = 15_000
+    max_attempts: int = 5
+    retry_base_ms: int = 30_000
+    retry_cap_ms: int = 3_600_000
+    failure_threshold: int = 10
+    cooldown_s: int = 300
+    enabled: bool = True
+
+
+@dataclass(slots=True)
+class Delivery:
+    """A claimed row; mutable only so the engine can attach timing."""
+
+    id: int
+    endpoint_id: int
+    event_id: str
+    body: bytes
+    attempt_count: int  # attempts recorded before this one
+    max_attempts: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AttemptResult:
+    """What the sender saw on the wire for one attempt."""
+
+    verdict: Verdict
+    status_code: int | None
+    response_ms: int
+    error: str | None = None
+    retry_after_s: float | None = None
+    gone: bool = False  # 410: the receiver asks us to stop
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Outcome:
+    """The decision for one delivery after an attempt, ready to persist."""
+
+    delivery_id: int
+    endpoint_id: int
+    status: Status
+    next_attempt_in_s: float  # ignored unless status is FAILED or PENDING
+    spent_attempt: bool  # False when a row is handed back unsent
+    status_code: int | None = None
+    response_ms: int | None = None
+    error: str | None = None
+    disable_endpoint: bool = False
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def _positive(name: str, value: float | None, *, allow_zero: bool = False) -> None:
+    from .errors import BadInput
+
+    if value is None:
+        return
+    if value != value or value in (float("inf"), float("-inf")):
+        raise BadInput(f"{name} must be a finite number")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise BadInput(f"{name} must be {'>= 0' if allow_zero else '> 0'}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EndpointSpec:
+    """What a user asks for when creating or updating an endpoint."""
+
+    url: str
+    secret: str | None = None
+    event_types: tuple[str, ...] = ("*",)
+    rate_per_s: float | None = None
+    burst: int | None = None
+    max_in_flight: int = 100
+    timeout_ms: int = 15_000
+    max_attempts: int = 5
+    retry_base_ms: int = 30_000
+    retry_cap_ms: int = 3_600_000
+    failure_threshold: int = 10
+    cooldown_s: float = 300.0
+
+    def validate(self) -> None:
+        from .errors import BadInput
+
+        _positive("rate_per_s", self.rate_per_s)
+        _positive("burst", self.burst)
+        _positive("max_in_flight", self.max_in_flight)
+        _positive("timeout_ms", self.timeout_ms)
+        _positive("max_attempts", self.max_attempts)
+        _positive("retry_base_ms", self.retry_base_ms, allow_zero=True)
+        _positive("retry_cap_ms", self.retry_cap_ms, allow_zero=True)
+        _positive("failure_threshold", self.failure_threshold)
+        _positive("cooldown_s", self.cooldown_s)
+        if self.timeout_ms > 300_000:
+            raise BadInput("timeout_ms must be at most 300000 (5 minutes)")
+        if self.max_attempts > 100:
+            raise BadInput("max_attempts must be at most 100")
+        if self.max_in_flight > 10_000:
+            raise BadInput("max_in_flight must be at most 10000")
+        if not self.event_types or any(
+            not t or len(t) > 200 or not t.isprintable() for t in self.event_types
+        ):
+            raise BadInput("event types must be non-empty printable strings")

@@ -1,0 +1,297 @@
+-- Named queries, loaded by store.py; `-- name: x` starts block x.
+
+-- name: claim_batch
+-- One statement claims across endpoints: each endpoint contributes at most
+-- the rows it can start now (its budget), in the order the engine rotates for
+-- fairness. in_flight rows whose lease ran out are due again (reclaim).
+WITH budget AS (
+    SELECT * FROM unnest($1::bigint[], $2::int[], $3::float8[]) WITH ORDINALITY
+        AS b(endpoint_id, n, lease_s, ord)
+), picked AS (
+    SELECT q.id, b.lease_s
+    FROM budget b
+    CROSS JOIN LATERAL (
+        SELECT w.id FROM webhook_queue w
+        WHERE w.endpoint_id = b.endpoint_id
+          AND w.status IN ('pending', 'failed', 'in_flight')
+          AND w.next_attempt_at <= now()
+        ORDER BY w.next_attempt_at
+        LIMIT b.n
+        FOR UPDATE SKIP LOCKED
+    ) q
+    LIMIT $4
+)
+UPDATE webhook_queue w
+SET status = 'in_flight',
+    next_attempt_at = now() + make_interval(secs => picked.lease_s),
+    locked_by = $5,
+    updated_at = now()
+FROM picked
+WHERE w.id = picked.id
+RETURNING w.id, w.endpoint_id, w.event_id, w.payload::text AS payload,
+          w.attempt_count, w.max_attempts;
+
+-- name: record_outcomes
+-- Every outcome of a flush in one statement: the queue rows, and a latency
+-- sample for each attempt that reached the wire (or timed out on it).
+WITH o AS (
+    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::bool[],
+                         $6::int[], $7::int[], $8::text[])
+        AS o(id, endpoint_id, status, delay_s, spent, status_code, response_ms, error)
+), upd AS (
+    UPDATE webhook_queue w
+    SET status = CASE WHEN o.status = 'pending' AND w.attempt_count > 0 THEN 'failed'
+                      ELSE o.status END,
+        attempt_count = w.attempt_count + o.spent::int,
+        next_attempt_at = CASE WHEN o.status IN ('pending', 'failed')
+                               THEN now() + make_interval(secs => o.delay_s)
+                               ELSE w.next_attempt_at END,
+        delivered_at = CASE WHEN o.status = 'delivered' THEN now() ELSE w.delivered_at END,
+        last_error = CASE WHEN o.spent THEN o.error ELSE w.last_error END,
+        last_status_code = CASE WHEN o.spent THEN o.status_code ELSE w.last_status_code END,
+        last_response_ms = CASE WHEN o.spent THEN o.response_ms ELSE w.last_response_ms END,
+        locked_by = NULL,
+        updated_at = now()
+    FROM o
+    WHERE w.id = o.id AND w.status = 'in_flight' AND w.locked_by = $9
+    RETURNING w.id
+), lat AS (
+    INSERT INTO endpoint_latency (endpoint_id, response_ms, status_code)
+    SELECT o.endpoint_id, o.response_ms, o.status_code FROM o WHERE o.spent
+)
+SELECT count(*) FROM upd;
+
+-- name: lock_health
+SELECT endpoint_id, state, consecutive_failures,
+       extract(epoch FROM opened_at)::float8 AS opened_at, cooldown_seconds,
+       extract(epoch FROM last_failure_at)::float8 AS last_failure_at,
+       extract(epoch FROM last_success_at)::float8 AS last_success_at, p95_ms
+FROM endpoint_health WHERE endpoint_id = ANY($1::bigint[])
+ORDER BY endpoint_id
+FOR UPDATE;
+
+-- name: store_health
+UPDATE endpoint_health h
+SET state = s.state,
+    consecutive_failures = s.consecutive_failures,
+    opened_at = to_timestamp(s.opened_at),
+    cooldown_seconds = s.cooldown_s,
+    failure_threshold = s.threshold,
+    last_failure_at = to_timestamp(s.last_failure_at),
+    last_success_at = to_timestamp(s.last_success_at),
+    probe_owner = CASE WHEN s.state = 'half_open' THEN h.probe_owner END,
+    probe_started_at = CASE WHEN s.state = 'half_open' THEN h.probe_started_at END,
+    updated_at = now()
+FROM unnest($1::bigint[], $2::text[], $3::int[], $4::float8[], $5::float8[], $6::int[],
+            $7::float8[], $8::float8[])
+    AS s(endpoint_id, state, consecutive_failures, opened_at, cooldown_s, threshold,
+         last_failure_at, last_success_at)
+WHERE h.endpoint_id = s.endpoint_id;
+
+-- name: record_transitions
+INSERT INTO breaker_transitions (endpoint_id, from_state, to_state, cooldown_seconds)
+SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::float8[]);
+
+-- name: disable_gone
+UPDATE endpoints SET enabled = false, disabled_reason = '410 Gone from receiver',
+       updated_at = now()
+WHERE id = ANY($1::bigint[]) AND enabled;
+
+-- name: begin_probe
+-- Exactly one worker wins the half-open probe; a prober that died is
+-- replaced once its probe is older than the lease.
+WITH won AS (
+    UPDATE endpoint_health
+    SET state = 'half_open', probe_owner = $2, probe_started_at = now(), updated_at = now()
+    WHERE endpoint_id = $1
+      AND ((state = 'open' AND opened_at + make_interval(secs => cooldown_seconds) <= now())
+           OR (state = 'half_open' AND probe_started_at < now() - make_interval(secs => $3)))
+    RETURNING endpoint_id, cooldown_seconds
+), logged AS (
+    INSERT INTO breaker_transitions (endpoint_id, from_state, to_state, cooldown_seconds)
+    SELECT endpoint_id, 'open', 'half_open', cooldown_seconds FROM won
+)
+SELECT endpoint_id FROM won;
+
+-- name: engine_endpoints
+SELECT e.id, e.url, e.secret, e.event_types, e.rate_per_s, e.burst, e.max_in_flight,
+       e.timeout_ms, e.max_attempts, e.retry_base_ms, e.retry_cap_ms,
+       e.failure_threshold, e.cooldown_s, e.enabled,
+       coalesce(
+           (SELECT array_agg(s.secret ORDER BY s.expires_at DESC) FROM endpoint_secrets s
+            WHERE s.endpoint_id = e.id AND s.expires_at > now()),
+           '{}') AS old_secrets,
+       h.state, h.consecutive_failures, extract(epoch FROM h.opened_at)::float8 AS opened_at,
+       h.cooldown_seconds, h.probe_owner, h.p95_ms,
+       extract(epoch FROM now())::float8 AS db_now
+FROM endpoints e LEFT JOIN endpoint_health h ON h.endpoint_id = e.id
+ORDER BY e.id;
+
+-- name: insert_endpoint
+INSERT INTO endpoints (url, secret, event_types, rate_per_s, burst, max_in_flight, timeout_ms,
+                       max_attempts, retry_base_ms, retry_cap_ms, failure_threshold, cooldown_s)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+RETURNING *;
+
+-- name: list_endpoints
+SELECT * FROM endpoints ORDER BY id;
+
+-- name: get_endpoint
+SELECT * FROM endpoints WHERE id = $1;
+
+-- name: set_enabled
+UPDATE endpoints
+SET enabled = $2, disabled_reason = CASE WHEN $2 THEN NULL ELSE $3 END, updated_at = now()
+WHERE id = $1
+RETURNING *;
+
+-- name: rotate_secret
+WITH old AS (
+    SELECT secret FROM endpoints WHERE id = $1 FOR UPDATE
+), keep AS (
+    INSERT INTO endpoint_secrets (endpoint_id, secret, expires_at)
+    SELECT $1, old.secret, now() + make_interval(secs => $3) FROM old WHERE $3 > 0
+    ON CONFLICT (endpoint_id, secret) DO UPDATE SET expires_at = excluded.expires_at
+)
+UPDATE endpoints SET secret = $2, updated_at = now() WHERE id = $1
+RETURNING *;
+
+-- name: prune_secrets
+DELETE FROM endpoint_secrets WHERE expires_at <= now();
+
+-- name: endpoint_ids
+SELECT id FROM endpoints WHERE id = ANY($1::bigint[]);
+
+-- name: stage_events
+CREATE TEMP TABLE dispatcher_stage (
+    event_id text NOT NULL,
+    event_type text NOT NULL,
+    payload text NOT NULL,
+    endpoint_id bigint
+) ON COMMIT DROP;
+
+-- name: fan_out_staged
+WITH ins AS (
+    INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload, max_attempts)
+    SELECT e.id, s.event_id, s.event_type, s.payload::json, e.max_attempts
+    FROM dispatcher_stage s
+    JOIN endpoints e ON CASE WHEN s.endpoint_id IS NULL
+        THEN e.enabled AND (e.event_types @> ARRAY[s.event_type] OR e.event_types @> '{*}')
+        ELSE e.id = s.endpoint_id END
+    ON CONFLICT (endpoint_id, event_id) DO NOTHING
+    RETURNING 1
+)
+SELECT count(*) FROM ins;
+
+-- name: enqueue_one
+SELECT dispatcher_enqueue($1, $2::json, $3, $4);
+
+-- name: health_summary
+SELECT
+    count(*) FILTER (WHERE status = 'pending') AS pending,
+    count(*) FILTER (WHERE status = 'failed') AS awaiting_retry,
+    count(*) FILTER (WHERE status = 'in_flight') AS in_flight,
+    (SELECT count(*) FROM webhook_queue WHERE status = 'dead_letter') AS dead_letter,
+    (SELECT count(*) FROM webhook_queue
+      WHERE status = 'delivered' AND delivered_at > now() - interval '1 hour')
+        AS delivered_last_hour,
+    (SELECT count(*) FROM webhook_queue
+      WHERE status IN ('failed', 'dead_letter') AND updated_at > now() - interval '1 hour')
+        AS failed_last_hour,
+    min(created_at) AS oldest_pending,
+    (SELECT avg(last_response_ms) FROM webhook_queue
+      WHERE status = 'delivered' AND delivered_at > now() - interval '1 hour')
+        AS avg_delivery_ms_last_hour
+FROM webhook_queue
+WHERE status IN ('pending', 'failed', 'in_flight');
+
+-- name: refresh_percentiles
+-- Per endpoint, exact percentiles over the window, each an index range scan
+-- of (endpoint_id, measured_at).
+UPDATE endpoint_health h
+SET p50_ms = s.p50, p95_ms = s.p95, p99_ms = s.p99, sample_count = s.n
+FROM (
+    SELECT h2.endpoint_id, l.p50, l.p95, l.p99, l.n
+    FROM endpoint_health h2
+    CROSS JOIN LATERAL (
+        SELECT percentile_cont(0.50) WITHIN GROUP (ORDER BY response_ms) AS p50,
+               percentile_cont(0.95) WITHIN GROUP (ORDER BY response_ms) AS p95,
+               percentile_cont(0.99) WITHIN GROUP (ORDER BY response_ms) AS p99,
+               count(*)::int AS n
+        FROM endpoint_latency el
+        WHERE el.endpoint_id = h2.endpoint_id
+          AND el.measured_at > now() - make_interval(secs => $1)
+    ) l
+) s
+WHERE h.endpoint_id = s.endpoint_id;
+
+-- name: prune_latency
+DELETE FROM endpoint_latency
+WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM endpoint_latency
+    WHERE measured_at < now() - make_interval(secs => $1)
+    LIMIT $2));
+
+-- name: endpoint_health_report
+SELECT e.id AS endpoint_id, e.url, e.enabled, h.state, h.consecutive_failures,
+       h.failure_threshold, h.opened_at, h.cooldown_seconds,
+       h.p50_ms, h.p95_ms, h.p99_ms, h.sample_count, h.last_failure_at, h.last_success_at,
+       e.max_in_flight, e.rate_per_s, e.burst
+FROM endpoints e JOIN endpoint_health h ON h.endpoint_id = e.id
+ORDER BY e.id;
+
+-- name: dead_letters_by_endpoint
+SELECT endpoint_id,
+       count(*) AS dead,
+       mode() WITHIN GROUP (ORDER BY last_error) AS primary_error,
+       mode() WITHIN GROUP (ORDER BY last_status_code) AS primary_status_code,
+       min(updated_at) AS first_at,
+       max(updated_at) AS last_at,
+       avg(attempt_count)::float8 AS avg_attempts,
+       array_agg(extract(epoch FROM updated_at)::float8 ORDER BY updated_at) AS times,
+       array_agg(last_status_code ORDER BY updated_at) AS codes
+FROM webhook_queue
+WHERE status = 'dead_letter' AND updated_at > now() - make_interval(secs => $1)
+GROUP BY endpoint_id
+ORDER BY endpoint_id;
+
+-- name: replay_ids
+UPDATE webhook_queue
+SET status = 'pending', attempt_count = 0, next_attempt_at = now(), updated_at = now()
+WHERE id = ANY($1::bigint[]) AND status = 'dead_letter'
+RETURNING id;
+
+-- name: replay_endpoint
+UPDATE webhook_queue
+SET status = 'pending', attempt_count = 0, next_attempt_at = now(), updated_at = now()
+WHERE endpoint_id = $1 AND status = 'dead_letter'
+  AND ($2::timestamptz IS NULL OR updated_at >= $2)
+  AND ($3::timestamptz IS NULL OR updated_at < $3)
+RETURNING id;
+
+-- name: notify_due
+SELECT pg_notify('dispatcher_due', '');
+
+-- name: due_sendable
+SELECT EXISTS (
+    SELECT 1 FROM webhook_queue w JOIN endpoints e ON e.id = w.endpoint_id
+    JOIN endpoint_health h ON h.endpoint_id = w.endpoint_id
+    WHERE w.status IN ('pending', 'failed', 'in_flight') AND w.next_attempt_at <= now()
+      AND e.enabled AND h.state = 'closed');
+
+-- name: deliveries_for_event
+SELECT id, endpoint_id, event_id, event_type, status, attempt_count, max_attempts,
+       created_at, next_attempt_at, delivered_at, last_error, last_status_code,
+       last_response_ms
+FROM webhook_queue WHERE event_id = $1 ORDER BY id;
+
+-- name: alert_inputs
+SELECT
+    (SELECT count(*) FROM webhook_queue
+      WHERE status = 'dead_letter' AND updated_at > now() - interval '1 hour') AS dead_last_hour,
+    (SELECT count(*) FROM webhook_queue
+      WHERE status = 'dead_letter' AND updated_at <= now() - interval '1 hour'
+        AND updated_at > now() - interval '2 hours') AS dead_prev_hour,
+    (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM webhook_queue
+      WHERE status IN ('pending', 'failed', 'in_flight')) AS oldest_pending_age_s,
+    (SELECT max(retry_cap_ms)::float8 / 1000 FROM endpoints) AS retry_window_s;

@@ -1,0 +1,187 @@
+"""The HTTP adapter: signs, POSTs, classifies. The only module using aiohttp's client.
+
+It owns one ClientSession (one connector, keep-alive pool) for the process.
+It never logs or stores payloads or response bodies: a response body is read
+up to a small cap only so the connection can go back to the pool.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
+
+from . import __version__
+from .errors import TargetRefused
+from .models import AttemptResult, Verdict
+from .retry import classify_status, parse_retry_after
+from .signing import Signer
+from .ssrf import check_address, literal_address
+
+USER_AGENT = f"dispatcher/{__version__}"
+MAX_ERROR_LEN = 300
+
+
+class GuardedResolver(AbstractResolver):
+    """Resolves, then keeps only the addresses the SSRF guard allows.
+
+    aiohttp connects to exactly what this returns, so there is no second
+    lookup for a rebinding name to change its answer in.
+    """
+
+    def __init__(self, *, allow_private: bool, inner: AbstractResolver | None = None) -> None:
+        self._allow_private = allow_private
+        self._inner = inner if inner is not None else DefaultResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        answers = await self._inner.resolve(host, port, family)
+        kept = []
+        refused: TargetRefused | None = None
+        for a in answers:
+            try:
+                check_address(host, a["host"], allow_private=self._allow_private)
+            except TargetRefused as exc:
+                refused = exc
+                continue
+            kept.append(a)
+        if not kept:
+            raise refused or TargetRefused(f"{host} did not resolve")
+        return kept
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+class EndpointWire:
+    """Per-endpoint wire settings, built once per endpoint version."""
+
+    __slots__ = ("signer", "timeout", "timeout_ms", "url", "url_refusal")
+
+    def __init__(self, url: str, secrets: tuple[str, ...], timeout_ms: int, allow_private: bool):
+        self.url = url
+        self.signer = Signer(secrets)
+        self.timeout_ms = timeout_ms
+        self.timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000)
+        self.url_refusal: str | None = None
+        host = aiohttp.client.URL(url).host or ""
+        if literal_address(host) is not None:
+            # aiohttp skips the resolver for IP literals: check them here.
+            try:
+                check_address(host, host.strip("[]"), allow_private=allow_private)
+            except TargetRefused as exc:
+                self.url_refusal = str(exc)
+
+
+class Sender:
+    def __init__(
+        self,
+        *,
+        allow_private: bool,
+        body_cap: int = 4096,
+        resolver: AbstractResolver | None = None,
+    ) -> None:
+        self.allow_private = allow_private
+        self._body_cap = body_cap
+        self._resolver = resolver
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(
+            # Concurrency is bounded by the engine (global cap, per-endpoint
+            # gates); the connector only pools, keeping sockets per host alive.
+            limit=0,
+            limit_per_host=0,
+            keepalive_timeout=30,
+            resolver=GuardedResolver(allow_private=self.allow_private, inner=self._resolver),
+            ttl_dns_cache=60,
+            enable_cleanup_closed=False,
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            auto_decompress=False,
+            skip_auto_headers=("Accept-Encoding",),
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def wire(self, url: str, secrets: tuple[str, ...], timeout_ms: int) -> EndpointWire:
+        return EndpointWire(url, secrets, timeout_ms, self.allow_private)
+
+    async def post(self, wire: EndpointWire, event_id: str, body: bytes) -> AttemptResult:
+        assert self._session is not None, "Sender.start() first"
+        if wire.url_refusal is not None:
+            return AttemptResult(
+                verdict=Verdict.PERMANENT,
+                status_code=None,
+                response_ms=0,
+                error=f"refused target: {wire.url_refusal}"[:MAX_ERROR_LEN],
+            )
+        now = time.time()
+        ts = int(now)
+        headers = {
+            "content-type": "application/json",
+            "user-agent": USER_AGENT,
+            "webhook-id": event_id,
+            "webhook-timestamp": str(ts),
+            "webhook-signature": wire.signer.signature(event_id, ts, body),
+        }
+        t0 = time.perf_counter()
+        try:
+            async with self._session.post(
+                wire.url,
+                data=body,
+                headers=headers,
+                allow_redirects=False,
+                timeout=wire.timeout,
+            ) as resp:
+                status = resp.status
+                retry_after = resp.headers.get("retry-after")
+                await self._drain(resp)
+        except TargetRefused as exc:
+            return self._failed(Verdict.PERMANENT, t0, f"refused target: {exc}")
+        except TimeoutError:
+            return self._failed(Verdict.RETRYABLE, t0, f"timeout after {wire.timeout_ms} ms")
+        except aiohttp.ClientConnectorError as exc:
+            return self._failed(Verdict.RETRYABLE, t0, f"connection error: {exc.os_error}")
+        except (aiohttp.ClientError, OSError) as exc:
+            return self._failed(Verdict.RETRYABLE, t0, f"{type(exc).__name__}: {exc}")
+        ms = int((time.perf_counter() - t0) * 1000)
+        verdict = classify_status(status)
+        if verdict is Verdict.SUCCESS:
+            return AttemptResult(verdict=verdict, status_code=status, response_ms=ms)
+        wait = parse_retry_after(retry_after, now) if status in (429, 503) else None
+        return AttemptResult(
+            verdict=verdict,
+            status_code=status,
+            response_ms=ms,
+            error=f"HTTP {status}",
+            retry_after_s=wait,
+            gone=status == 410,
+        )
+
+    async def _drain(self, resp: aiohttp.ClientResponse) -> None:
+        # Up to the cap, so a small body leaves the connection reusable; a
+        # bigger one is abandoned and the connection closed on release.
+        left = self._body_cap
+        while left > 0:
+            chunk = await resp.content.read(left)
+            if not chunk:
+                return
+            left -= len(chunk)
+
+    @staticmethod
+    def _failed(verdict: Verdict, t0: float, error: str) -> AttemptResult:
+        ms = int((time.perf_counter() - t0) * 1000)
+        return AttemptResult(
+            verdict=verdict, status_code=None, response_ms=ms, error=error[:MAX_ERROR_LEN]
+        )
+

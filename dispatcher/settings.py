@@ -1,0 +1,66 @@
+"""Runtime settings, and the one place DISPATCHER_* variables are read."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import BadInput
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BadInput(f"{name} must be a number, got {raw!r}") from None
+    if value < 0:
+        raise BadInput(f"{name} must not be negative")
+    return value
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    return int(_float(env, name, default))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Settings:
+    database_url: str | None = None
+    home: Path = Path(".dispatcher")
+    allow_private_targets: bool = False
+    admin_token: str | None = None
+    # The engine.
+    max_in_flight: int = 1000
+    batch_size: int = 500
+    poll_interval_s: float = 1.0
+    flush_interval_s: float = 0.02
+    flush_size: int = 1000
+    grace_s: float = 25.0
+    # A lease is the endpoint's timeout plus this margin (SPEC: at most 60 s).
+    lease_margin_s: float = 30.0
+    endpoint_refresh_s: float = 1.0
+    # Telemetry.
+    latency_window_s: float = 24 * 3600.0
+    percentile_refresh_s: float = 10.0
+    response_body_cap: int = 4096
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        return cls(
+            database_url=env.get("DATABASE_URL") or None,
+            home=Path(env.get("DISPATCHER_HOME") or ".dispatcher"),
+            allow_private_targets=env.get("DISPATCHER_ALLOW_PRIVATE_TARGETS", "") == "1",
+            admin_token=env.get("DISPATCHER_ADMIN_TOKEN") or None,
+            max_in_flight=max(1, _int(env, "DISPATCHER_MAX_IN_FLIGHT", 1000)),
+            batch_size=max(1, _int(env, "DISPATCHER_BATCH_SIZE", 500)),
+            poll_interval_s=_float(env, "DISPATCHER_POLL_INTERVAL_S", 1.0),
+            grace_s=_float(env, "DISPATCHER_GRACE_S", 25.0),
+            lease_margin_s=min(_float(env, "DISPATCHER_LEASE_MARGIN_S", 30.0), 60.0),
+            latency_window_s=_float(env, "DISPATCHER_LATENCY_WINDOW_S", 24 * 3600.0),
+            percentile_refresh_s=_float(env, "DISPATCHER_PERCENTILE_REFRESH_S", 10.0),
+        )

@@ -1,0 +1,436 @@
+"""The data-access module: the only place that runs SQL.
+
+Queries live in queries.sql as named blocks and migrations in schema/; this
+module binds them to asyncpg connections. It never makes delivery decisions:
+callers hand it decided values (claims budgets, outcomes, breaker states).
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import re
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from .breaker import Breaker, BreakerState
+from .errors import BadInput, OperationalError, UnknownEndpoint
+from .models import Delivery, Endpoint, EndpointSpec, Outcome
+
+MIGRATION_LOCK = 0x6469737061746368  # "dispatch"
+MAINTENANCE_LOCK = MIGRATION_LOCK + 1
+_MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
+
+
+def _load_queries() -> dict[str, str]:
+    text = importlib.resources.files("dispatcher").joinpath("queries.sql").read_text()
+    queries: dict[str, str] = {}
+    name: str | None = None
+    for line in text.splitlines():
+        if line.startswith("-- name: "):
+            name = line.removeprefix("-- name: ").strip()
+            queries[name] = ""
+        elif name is not None:
+            queries[name] += line + "\n"
+    return {k: v.strip().rstrip(";") for k, v in queries.items()}
+
+
+Q = _load_queries()
+
+
+# ---------------------------------------------------------------- connecting
+
+
+async def connect(url: str) -> asyncpg.Connection:
+    try:
+        return await asyncpg.connect(url, timeout=10)
+    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        raise OperationalError(f"cannot connect to the database: {_one_line(exc)}") from None
+
+
+async def create_pool(url: str, *, size: int = 4) -> asyncpg.Pool:
+    try:
+        pool = await asyncpg.create_pool(url, min_size=1, max_size=size, timeout=10)
+    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        raise OperationalError(f"cannot connect to the database: {_one_line(exc)}") from None
+    assert pool is not None
+    return pool
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+# ---------------------------------------------------------------- migrations
+
+
+def _migrations() -> list[tuple[int, str, str]]:
+    found = []
+    for entry in importlib.resources.files("dispatcher.schema").iterdir():
+        m = _MIGRATION_NAME.match(entry.name)
+        if m:
+            found.append((int(m.group(1)), entry.name, entry.read_text()))
+    if not found:  # pragma: no cover - a broken install
+        raise OperationalError(f"no migrations found in {Path(__file__).parent / 'schema'}")
+    return sorted(found)
+
+
+async def migrate(conn: asyncpg.Connection) -> list[str]:
+    """Applies pending migrations; several processes may call it at once."""
+    applied_now: list[str] = []
+    # A session lock, held across the per-migration transactions, serialises
+    # concurrent migrators; the second one finds everything applied.
+    await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK)
+    try:
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS dispatcher_migrations ("
+            " version integer PRIMARY KEY, name text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        done = {r["version"] for r in await conn.fetch("SELECT version FROM dispatcher_migrations")}
+        for version, name, sql in _migrations():
+            if version in done:
+                continue
+            async with conn.transaction():
+                await conn.execute(sql)
+                await conn.execute(
+                    "INSERT INTO dispatcher_migrations (version, name) VALUES ($1, $2)",
+                    version,
+                    name,
+                )
+            applied_now.append(name)
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
+    return applied_now
+
+
+async def migrations_current(conn: asyncpg.Connection) -> bool:
+    try:
+        done = {r["version"] for r in await conn.fetch("SELECT version FROM dispatcher_migrations")}
+    except asyncpg.UndefinedTableError:
+        return False
+    return all(v in done for v, _, _ in _migrations())
+
+
+async def require_schema(conn: asyncpg.Connection) -> None:
+    if not await migrations_current(conn):
+        raise OperationalError("the database is not migrated: run `dispatcher migrate` first")
+
+
+# ---------------------------------------------------------------- endpoints
+
+
+def endpoint_from_row(row: asyncpg.Record, old_secrets: Sequence[str] = ()) -> Endpoint:
+    return Endpoint(
+        id=row["id"],
+        url=row["url"],
+        secrets=(row["secret"], *old_secrets),
+        event_types=tuple(row["event_types"]),
+        rate_per_s=row["rate_per_s"],
+        burst=row["burst"],
+        max_in_flight=row["max_in_flight"],
+        timeout_ms=row["timeout_ms"],
+        max_attempts=row["max_attempts"],
+        retry_base_ms=row["retry_base_ms"],
+        retry_cap_ms=row["retry_cap_ms"],
+        failure_threshold=row["failure_threshold"],
+        cooldown_s=row["cooldown_s"],
+        enabled=row["enabled"],
+    )
+
+
+def endpoint_public(row: asyncpg.Record, *, with_secret: bool = False) -> dict[str, Any]:
+    """An endpoint as users see it: the secret only when just created or rotated."""
+    out = {k: row[k] for k in row.keys() if k != "secret"}
+    out["event_types"] = list(row["event_types"])
+    if with_secret:
+        out["secret"] = row["secret"]
+    return out
+
+
+async def add_endpoint(conn: asyncpg.Connection, spec: EndpointSpec, secret: str) -> asyncpg.Record:
+    row = await conn.fetchrow(
+        Q["insert_endpoint"],
+        spec.url,
+        secret,
+        list(spec.event_types),
+        spec.rate_per_s,
+        spec.burst,
+        spec.max_in_flight,
+        spec.timeout_ms,
+        spec.max_attempts,
+        spec.retry_base_ms,
+        spec.retry_cap_ms,
+        spec.failure_threshold,
+        spec.cooldown_s,
+    )
+    assert row is not None
+    return row
+
+
+async def list_endpoints(conn: asyncpg.Connection) -> list[asyncpg.Record]:
+    return list(await conn.fetch(Q["list_endpoints"]))
+
+
+async def get_endpoint(conn: asyncpg.Connection, endpoint_id: int) -> asyncpg.Record:
+    row = await conn.fetchrow(Q["get_endpoint"], endpoint_id)
+    if row is None:
+        raise UnknownEndpoint(f"no endpoint with id {endpoint_id}")
+    return row
+
+
+async def set_enabled(
+    conn: asyncpg.Connection, endpoint_id: int, enabled: bool, reason: str | None = None
+) -> asyncpg.Record:
+    row = await conn.fetchrow(Q["set_enabled"], endpoint_id, enabled, reason or "disabled by user")
+    if row is None:
+        raise UnknownEndpoint(f"no endpoint with id {endpoint_id}")
+    if enabled:
+        await conn.execute(Q["notify_due"])
+    return row
+
+
+async def rotate_secret(
+    conn: asyncpg.Connection, endpoint_id: int, new_secret: str, grace_s: float
+) -> asyncpg.Record:
+    async with conn.transaction():
+        row = await conn.fetchrow(Q["rotate_secret"], endpoint_id, new_secret, grace_s)
+        if row is None:
+            raise UnknownEndpoint(f"no endpoint with id {endpoint_id}")
+        await conn.execute(Q["prune_secrets"])
+    return row
+
+
+async def engine_endpoints(
+    conn: asyncpg.Connection,
+) -> tuple[float, list[tuple[Endpoint, Breaker, str | None, float | None]]]:
+    """Every endpoint with its breaker, for the engine's cache; and the DB clock."""
+    rows = await conn.fetch(Q["engine_endpoints"])
+    out = []
+    db_now = 0.0
+    for r in rows:
+        db_now = r["db_now"]
+        breaker = Breaker(
+            state=BreakerState(r["state"] or "closed"),
+            consecutive_failures=r["consecutive_failures"] or 0,
+            opened_at=r["opened_at"],
+            cooldown_s=r["cooldown_seconds"] or r["cooldown_s"],
+        )
+        out.append((endpoint_from_row(r, r["old_secrets"]), breaker, r["probe_owner"], r["p95_ms"]))
+    return db_now, out
+
+
+# ---------------------------------------------------------------- producing
+
+
+async def enqueue(
+    conn: asyncpg.Connection,
+    event_type: str,
+    payload: str,
+    event_id: str | None = None,
+    endpoint_id: int | None = None,
+) -> list[int]:
+    if endpoint_id is not None:
+        await get_endpoint(conn, endpoint_id)
+    try:
+        ids = await conn.fetchval(Q["enqueue_one"], event_type, payload, event_id, endpoint_id)
+    except (asyncpg.InvalidTextRepresentationError, asyncpg.InvalidParameterValueError) as exc:
+        raise BadInput(f"cannot enqueue: {_one_line(exc)}") from None
+    return list(ids)
+
+
+async def enqueue_bulk(
+    conn: asyncpg.Connection, events: Iterable[tuple[str, str, str, int | None]]
+) -> int:
+    """COPY events (event_id, event_type, payload, endpoint_id) into a staging
+    table, then fan them out in one INSERT … SELECT. Returns deliveries created."""
+    events = list(events)
+    wanted = sorted({e[3] for e in events if e[3] is not None})
+    async with conn.transaction():
+        if wanted:
+            found = {r["id"] for r in await conn.fetch(Q["endpoint_ids"], wanted)}
+            missing = [i for i in wanted if i not in found]
+            if missing:
+                raise UnknownEndpoint(f"no endpoint with id {missing[0]}")
+        await conn.execute(Q["stage_events"])
+        await conn.copy_records_to_table(
+            "dispatcher_stage",
+            records=events,
+            columns=["event_id", "event_type", "payload", "endpoint_id"],
+        )
+        try:
+            created: int = await conn.fetchval(Q["fan_out_staged"])
+        except asyncpg.InvalidTextRepresentationError as exc:
+            raise BadInput(f"invalid JSON payload: {_one_line(exc)}") from None
+    return created
+
+
+# ---------------------------------------------------------------- the hot path
+
+
+async def claim(
+    conn: asyncpg.Connection,
+    *,
+    endpoint_ids: list[int],
+    budgets: list[int],
+    leases_s: list[float],
+    limit: int,
+    worker: str,
+) -> list[Delivery]:
+    rows = await conn.fetch(Q["claim_batch"], endpoint_ids, budgets, leases_s, limit, worker)
+    return [
+        Delivery(
+            id=r[0],
+            endpoint_id=r[1],
+            event_id=r[2],
+            body=r[3].encode(),
+            attempt_count=r[4],
+            max_attempts=r[5],
+        )
+        for r in rows
+    ]
+
+
+async def record_outcomes(conn: asyncpg.Connection, outcomes: Sequence[Outcome], worker: str) -> int:
+    n: int = await conn.fetchval(
+        Q["record_outcomes"],
+        [o.delivery_id for o in outcomes],
+        [o.endpoint_id for o in outcomes],
+        [o.status.value for o in outcomes],
+        [o.next_attempt_in_s for o in outcomes],
+        [o.spent_attempt for o in outcomes],
+        [o.status_code for o in outcomes],
+        [o.response_ms for o in outcomes],
+        [o.error for o in outcomes],
+        worker,
+    )
+    return n
+
+
+async def lock_breakers(
+    conn: asyncpg.Connection, endpoint_ids: list[int]
+) -> dict[int, tuple[Breaker, float | None]]:
+    rows = await conn.fetch(Q["lock_health"], endpoint_ids)
+    return {
+        r["endpoint_id"]: (
+            Breaker(
+                state=BreakerState(r["state"]),
+                consecutive_failures=r["consecutive_failures"],
+                opened_at=r["opened_at"],
+                cooldown_s=r["cooldown_seconds"],
+                last_failure_at=r["last_failure_at"],
+                last_success_at=r["last_success_at"],
+            ),
+            r["p95_ms"],
+        )
+        for r in rows
+    }
+
+
+async def store_breakers(
+    conn: asyncpg.Connection, breakers: dict[int, tuple[Breaker, int]]
+) -> None:
+    ids = list(breakers)
+    await conn.execute(
+        Q["store_health"],
+        ids,
+        [breakers[i][0].state.value for i in ids],
+        [breakers[i][0].consecutive_failures for i in ids],
+        [breakers[i][0].opened_at for i in ids],
+        [breakers[i][0].cooldown_s for i in ids],
+        [breakers[i][1] for i in ids],
+        [breakers[i][0].last_failure_at for i in ids],
+        [breakers[i][0].last_success_at for i in ids],
+    )
+
+
+async def record_transitions(
+    conn: asyncpg.Connection, transitions: list[tuple[int, str, str, float]]
+) -> None:
+    if transitions:
+        cols = list(zip(*transitions, strict=True))
+        await conn.execute(Q["record_transitions"], *[list(c) for c in cols])
+
+
+async def disable_gone(conn: asyncpg.Connection, endpoint_ids: list[int]) -> None:
+    await conn.execute(Q["disable_gone"], endpoint_ids)
+
+
+async def begin_probe(
+    conn: asyncpg.Connection, endpoint_id: int, worker: str, stale_after_s: float
+) -> bool:
+    return await conn.fetchval(Q["begin_probe"], endpoint_id, worker, stale_after_s) is not None
+
+
+async def due_sendable(conn: asyncpg.Connection) -> bool:
+    return bool(await conn.fetchval(Q["due_sendable"]))
+
+
+# ---------------------------------------------------------------- maintenance
+
+
+async def maintain(conn: asyncpg.Connection, window_s: float, batch: int = 10_000) -> bool:
+    """Percentiles and pruning; one worker at a time does it. True if it ran."""
+    async with conn.transaction():
+        got = await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", MAINTENANCE_LOCK)
+        if not got:
+            return False
+        await conn.execute(Q["prune_latency"], window_s, batch)
+        await conn.execute(Q["refresh_percentiles"], window_s)
+        await conn.execute(Q["prune_secrets"])
+    return True
+
+
+async def refresh_percentiles(conn: asyncpg.Connection, window_s: float) -> None:
+    await conn.execute(Q["refresh_percentiles"], window_s)
+
+
+# ---------------------------------------------------------------- reports
+
+
+async def health_summary(conn: asyncpg.Connection) -> dict[str, Any]:
+    row = await conn.fetchrow(Q["health_summary"])
+    assert row is not None
+    out = dict(row)
+    avg = out["avg_delivery_ms_last_hour"]
+    out["avg_delivery_ms_last_hour"] = None if avg is None else round(float(avg), 1)
+    return out
+
+
+async def endpoint_health(conn: asyncpg.Connection, window_s: float) -> list[dict[str, Any]]:
+    await refresh_percentiles(conn, window_s)
+    return [dict(r) for r in await conn.fetch(Q["endpoint_health_report"])]
+
+
+async def dead_letters_by_endpoint(conn: asyncpg.Connection, hours: float) -> list[asyncpg.Record]:
+    return list(await conn.fetch(Q["dead_letters_by_endpoint"], hours * 3600.0))
+
+
+async def replay_ids(conn: asyncpg.Connection, ids: list[int]) -> int:
+    async with conn.transaction():
+        rows = await conn.fetch(Q["replay_ids"], ids)
+        if rows:
+            await conn.execute(Q["notify_due"])
+    return len(rows)
+
+
+async def replay_endpoint(
+    conn: asyncpg.Connection,
+    endpoint_id: int,
+    since: datetime | None,
+    until: datetime | None,
+) -> int:
+    await get_endpoint(conn, endpoint_id)
+    async with conn.transaction():
+        rows = await conn.fetch(Q["replay_endpoint"], endpoint_id, since, until)
+        if rows:
+            await conn.execute(Q["notify_due"])
+    return len(rows)
+
+
+async def deliveries_for_event(conn: asyncpg.Connection, event_id: str) -> list[dict[str, Any]]:
+    return [dict(r) for r in await conn.fetch(Q["deliveries_for_event"], event_id)]

@@ -1,0 +1,165 @@
+-- dispatcher: the delivery queue, endpoints, latency samples, breakers.
+
+CREATE TABLE endpoints (
+    id                bigserial PRIMARY KEY,
+    url               text NOT NULL,
+    secret            text NOT NULL,
+    event_types       text[] NOT NULL DEFAULT '{*}',
+    rate_per_s        double precision CHECK (rate_per_s IS NULL OR rate_per_s > 0),
+    burst             integer CHECK (burst IS NULL OR burst > 0),
+    max_in_flight     integer NOT NULL DEFAULT 100 CHECK (max_in_flight > 0),
+    timeout_ms        integer NOT NULL DEFAULT 15000 CHECK (timeout_ms > 0),
+    max_attempts      integer NOT NULL DEFAULT 5 CHECK (max_attempts > 0),
+    retry_base_ms     integer NOT NULL DEFAULT 30000 CHECK (retry_base_ms >= 0),
+    retry_cap_ms      integer NOT NULL DEFAULT 3600000 CHECK (retry_cap_ms >= 0),
+    failure_threshold integer NOT NULL DEFAULT 10 CHECK (failure_threshold > 0),
+    cooldown_s        double precision NOT NULL DEFAULT 300 CHECK (cooldown_s > 0),
+    enabled           boolean NOT NULL DEFAULT true,
+    disabled_reason   text,
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    updated_at        timestamptz NOT NULL DEFAULT now()
+);
+
+-- Secrets rotated out but still signing until expires_at (Standard Webhooks
+-- lets a request carry several signatures).
+CREATE TABLE endpoint_secrets (
+    endpoint_id bigint NOT NULL REFERENCES endpoints (id) ON DELETE CASCADE,
+    secret      text NOT NULL,
+    expires_at  timestamptz NOT NULL,
+    PRIMARY KEY (endpoint_id, secret)
+);
+
+CREATE TABLE webhook_queue (
+    id               bigserial PRIMARY KEY,
+    endpoint_id      bigint NOT NULL REFERENCES endpoints (id) ON DELETE CASCADE,
+    event_id         text NOT NULL,
+    event_type       text NOT NULL,
+    -- json (not jsonb) keeps the producer's bytes exactly: that is what we sign.
+    payload          json NOT NULL,
+    status           text NOT NULL DEFAULT 'pending'
+                     CHECK (status IN ('pending', 'in_flight', 'delivered', 'failed', 'dead_letter')),
+    attempt_count    integer NOT NULL DEFAULT 0,
+    max_attempts     integer NOT NULL DEFAULT 5,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    -- For pending/failed rows: when the row is due. For in_flight rows: when
+    -- the lease runs out, so a dead worker's rows become due again and one
+    -- index serves both the claim and the reclaim.
+    next_attempt_at  timestamptz NOT NULL DEFAULT now(),
+    delivered_at     timestamptz,
+    updated_at       timestamptz NOT NULL DEFAULT now(),
+    locked_by        text,
+    last_error       text,
+    last_status_code integer,
+    last_response_ms integer,
+    CONSTRAINT webhook_queue_endpoint_event_key UNIQUE (endpoint_id, event_id)
+);
+
+-- The claim: per endpoint, the earliest due rows among the live ones. Rows
+-- that are delivered or dead leave the index, so it stays as small as the
+-- backlog however large the history grows.
+CREATE INDEX webhook_queue_due_idx ON webhook_queue (endpoint_id, next_attempt_at)
+    WHERE status IN ('pending', 'failed', 'in_flight');
+CREATE INDEX webhook_queue_dead_idx ON webhook_queue (endpoint_id, updated_at)
+    WHERE status = 'dead_letter';
+CREATE INDEX webhook_queue_delivered_idx ON webhook_queue (delivered_at)
+    WHERE status = 'delivered';
+CREATE INDEX webhook_queue_event_idx ON webhook_queue (event_id);
+
+CREATE TABLE endpoint_latency (
+    endpoint_id bigint NOT NULL REFERENCES endpoints (id) ON DELETE CASCADE,
+    response_ms integer NOT NULL,
+    status_code integer,
+    measured_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX endpoint_latency_endpoint_time_idx ON endpoint_latency (endpoint_id, measured_at);
+CREATE INDEX endpoint_latency_time_idx ON endpoint_latency (measured_at);
+
+CREATE TABLE endpoint_health (
+    endpoint_id          bigint PRIMARY KEY REFERENCES endpoints (id) ON DELETE CASCADE,
+    state                text NOT NULL DEFAULT 'closed' CHECK (state IN ('closed', 'open', 'half_open')),
+    consecutive_failures integer NOT NULL DEFAULT 0,
+    failure_threshold    integer NOT NULL DEFAULT 10,
+    opened_at            timestamptz,
+    cooldown_seconds     double precision NOT NULL DEFAULT 300,
+    probe_owner          text,
+    probe_started_at     timestamptz,
+    p50_ms               double precision,
+    p95_ms               double precision,
+    p99_ms               double precision,
+    sample_count         integer NOT NULL DEFAULT 0,
+    last_failure_at      timestamptz,
+    last_success_at      timestamptz,
+    updated_at           timestamptz NOT NULL DEFAULT now()
+);
+
+-- Breaker transitions, kept for the story of an endpoint.
+CREATE TABLE breaker_transitions (
+    endpoint_id bigint NOT NULL REFERENCES endpoints (id) ON DELETE CASCADE,
+    from_state  text NOT NULL,
+    to_state    text NOT NULL,
+    cooldown_seconds double precision,
+    at          timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX breaker_transitions_endpoint_idx ON breaker_transitions (endpoint_id, at);
+
+CREATE FUNCTION dispatcher_endpoint_health_row() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO endpoint_health (endpoint_id, failure_threshold, cooldown_seconds)
+    VALUES (NEW.id, NEW.failure_threshold, NEW.cooldown_s)
+    ON CONFLICT (endpoint_id) DO NOTHING;
+    RETURN NEW;
+END $$;
+
+CREATE TRIGGER endpoints_health_row AFTER INSERT ON endpoints
+    FOR EACH ROW EXECUTE FUNCTION dispatcher_endpoint_health_row();
+
+-- One NOTIFY per statement, whatever the statement inserted: PostgreSQL
+-- folds identical notifications of one transaction, so a COPY of 100,000
+-- rows wakes the dispatchers once, at commit.
+CREATE FUNCTION dispatcher_notify_due() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('dispatcher_due', '');
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER webhook_queue_notify AFTER INSERT ON webhook_queue
+    FOR EACH STATEMENT EXECUTE FUNCTION dispatcher_notify_due();
+
+-- The transactional outbox: call inside the producer's own transaction.
+-- Fans out to every enabled endpoint subscribed to the type (or only to
+-- p_endpoint_id); the same event id again creates nothing new.
+CREATE FUNCTION dispatcher_enqueue(
+    p_event_type text,
+    p_payload json,
+    p_event_id text DEFAULT NULL,
+    p_endpoint_id bigint DEFAULT NULL
+) RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_event_id text := coalesce(p_event_id, 'evt_' || replace(gen_random_uuid()::text, '-', ''));
+    v_ids bigint[];
+BEGIN
+    IF p_event_type IS NULL OR p_event_type = '' THEN
+        RAISE EXCEPTION 'event_type must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF p_payload IS NULL THEN
+        RAISE EXCEPTION 'payload must not be null' USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload, max_attempts)
+    SELECT e.id, v_event_id, p_event_type, p_payload, e.max_attempts
+    FROM endpoints e
+    WHERE CASE WHEN p_endpoint_id IS NULL
+               THEN e.enabled AND (e.event_types @> ARRAY[p_event_type] OR e.event_types @> '{*}')
+               ELSE e.id = p_endpoint_id END
+    ON CONFLICT (endpoint_id, event_id) DO NOTHING;
+    -- Idempotent: a repeated event id answers with the deliveries it already has.
+    SELECT coalesce(array_agg(q.id ORDER BY q.id), '{}') INTO v_ids
+    FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
+    WHERE q.event_id = v_event_id
+      AND CASE WHEN p_endpoint_id IS NULL
+               THEN e.event_types @> ARRAY[p_event_type] OR e.event_types @> '{*}'
+               ELSE e.id = p_endpoint_id END;
+    RETURN v_ids;
+END $$;
