@@ -13,16 +13,16 @@ import gc
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any, NoReturn
 
 import asyncpg
 import orjson
 
-from . import __version__, store
+from . import __version__, reports, store
 from .api import payload_text
-from .dlq import classify
+from .cli_format import print_table
 from .embedded import resolve_database_url
 from .errors import BadInput, DispatcherError, OperationalError
 from .models import EndpointSpec
@@ -30,7 +30,7 @@ from .settings import Settings
 from .signing import generate_secret, secret_key
 from .ssrf import validate_url
 
-Handler = Callable[[argparse.Namespace, Settings], Awaitable[int]]
+Handler = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -56,29 +56,6 @@ def _default(value: Any) -> Any:
     if isinstance(value, Decimal):
         return float(value)
     raise TypeError
-
-
-def _table(rows: list[dict[str, Any]], cols: Sequence[str]) -> None:
-    if not rows:
-        print("(none)")
-        return
-    cells = [[_cell(r.get(c)) for c in cols] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
-    print("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
-    for row in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
-
-
-def _cell(v: Any) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.1f}"
-    if isinstance(v, datetime):
-        return v.isoformat(timespec="seconds")
-    if isinstance(v, list | tuple):
-        return ",".join(str(x) for x in v)
-    return str(v)
 
 
 # ---------------------------------------------------------------- database
@@ -142,7 +119,9 @@ async def cmd_endpoint_add(args: argparse.Namespace, settings: Settings) -> int:
     async def go(conn: asyncpg.Connection) -> int:
         row = await store.add_endpoint(conn, spec, spec.secret or generate_secret())
         doc = store.endpoint_public(row, with_secret=True)
-        _emit(args, doc, lambda: print(f"endpoint {doc['id']} {doc['url']}\nsecret {doc['secret']}"))
+        _emit(
+            args, doc, lambda: print(f"endpoint {doc['id']} {doc['url']}\nsecret {doc['secret']}")
+        )
         return 0
 
     return await _with_conn(settings, go)
@@ -153,7 +132,7 @@ async def cmd_endpoint_list(args: argparse.Namespace, settings: Settings) -> int
         rows = [store.endpoint_public(r) for r in await store.list_endpoints(conn)]
         cols = ["id", "url", "enabled", "event_types", "rate_per_s", "max_in_flight",
                 "timeout_ms", "max_attempts"]  # fmt: skip
-        _emit(args, rows, lambda: _table(rows, cols))
+        _emit(args, rows, lambda: print_table(rows, cols))
         return 0
 
     return await _with_conn(settings, go)
@@ -192,7 +171,7 @@ async def cmd_endpoint_health(args: argparse.Namespace, settings: Settings) -> i
         rows = await store.endpoint_health(conn, settings.latency_window_s)
         cols = ["endpoint_id", "state", "consecutive_failures", "p50_ms", "p95_ms", "p99_ms",
                 "sample_count", "enabled", "url"]  # fmt: skip
-        _emit(args, rows, lambda: _table(rows, cols))
+        _emit(args, rows, lambda: print_table(rows, cols))
         return 0
 
     return await _with_conn(settings, go)
@@ -202,7 +181,7 @@ def _read_events(path: str) -> list[tuple[str, str, str, int | None]]:
     import uuid
 
     try:
-        f = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
+        f = sys.stdin.buffer if path == "-" else open(path, "rb")
     except OSError as exc:
         raise BadInput(f"cannot read {path}: {exc.strerror}") from None
     events = []
@@ -275,7 +254,7 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
     async def go(conn: asyncpg.Connection) -> int:
         doc = await store.health_summary(conn)
-        _emit(args, doc, lambda: _table([doc], list(doc)))
+        _emit(args, doc, lambda: print_table([doc], list(doc)))
         return 0
 
     return await _with_conn(settings, go)
@@ -289,30 +268,10 @@ async def cmd_slow(args: argparse.Namespace, settings: Settings) -> int:
             if r["sample_count"] >= 20 and r["p95_ms"] is not None and r["p95_ms"] > args.p95_ms
         ]
         cols = ["endpoint_id", "url", "p50_ms", "p95_ms", "p99_ms", "sample_count", "state"]
-        _emit(args, rows, lambda: _table(rows, cols))
+        _emit(args, rows, lambda: print_table(rows, cols))
         return 0
 
     return await _with_conn(settings, go)
-
-
-async def dlq_report(conn: asyncpg.Connection, hours: float) -> list[dict[str, Any]]:
-    out = []
-    for r in await store.dead_letters_by_endpoint(conn, hours):
-        pattern = classify(r["times"], r["codes"])
-        out.append(
-            {
-                "endpoint_id": r["endpoint_id"],
-                "dead": r["dead"],
-                "primary_error": r["primary_error"],
-                "primary_status_code": r["primary_status_code"],
-                "first_at": r["first_at"],
-                "last_at": r["last_at"],
-                "avg_attempts": round(r["avg_attempts"], 2),
-                "pattern": pattern.name,
-                "suggested_action": pattern.action,
-            }
-        )
-    return out
 
 
 async def cmd_dlq_analyze(args: argparse.Namespace, settings: Settings) -> int:
@@ -320,10 +279,10 @@ async def cmd_dlq_analyze(args: argparse.Namespace, settings: Settings) -> int:
         raise BadInput("--hours must be positive")
 
     async def go(conn: asyncpg.Connection) -> int:
-        rows = await dlq_report(conn, args.hours)
+        rows = await reports.dlq_report(conn, args.hours)
         cols = ["endpoint_id", "dead", "primary_status_code", "primary_error", "avg_attempts",
                 "pattern", "suggested_action"]  # fmt: skip
-        _emit(args, rows, lambda: _table(rows, cols))
+        _emit(args, rows, lambda: print_table(rows, cols))
         return 0
 
     return await _with_conn(settings, go)
@@ -363,12 +322,10 @@ async def cmd_dlq_replay(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_alerts(args: argparse.Namespace, settings: Settings) -> int:
-    from .alerts import evaluate
-
     async def go(conn: asyncpg.Connection) -> int:
-        doc = await evaluate(conn, settings)
+        doc = await reports.alerts(conn, settings)
         rows = [{"alert": k, **v} for k, v in doc.items()]
-        _emit(args, doc, lambda: _table(rows, ["alert", "firing", "value", "threshold"]))
+        _emit(args, doc, lambda: print_table(rows, ["alert", "firing", "value", "threshold"]))
         return 0
 
     return await _with_conn(settings, go)
@@ -387,8 +344,11 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     if settings.max_in_flight < 1 or settings.batch_size < 1:
         raise BadInput("--max-in-flight and --batch-size must be at least 1")
     log.setup(os.environ.get("DISPATCHER_LOG_LEVEL", "info"))
+    from .metrics import Metrics
+
     url = resolve_database_url(settings.database_url, settings.home)
-    engine = Engine(settings, url)
+    metrics = Metrics()
+    engine = Engine(settings, url, metrics=metrics)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, engine.stop)
@@ -402,7 +362,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     if args.http:
         from .admin import start_admin
 
-        admin = await start_admin(args.http, settings, url)
+        admin = await start_admin(args.http, settings, url, metrics)
     try:
         await engine.run(drain=args.drain)
     finally:
@@ -430,18 +390,22 @@ async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from .demo import run_demo
 
-    return await run_demo(settings, events=args.events)
+    code: int = await run_demo(settings, events=args.events)
+    return code
 
 
 async def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
+    import importlib
+
     try:
-        from benchmarks.harness import main as bench_main
+        bench_main = importlib.import_module("benchmarks.harness").main
     except ImportError:
         raise OperationalError(
             "the benchmark harness lives in the repository's benchmarks/ folder: "
             "run `dispatcher bench` from a checkout"
         ) from None
-    return await bench_main(args.bench_args, settings)
+    code: int = await bench_main(args.bench_args, settings)
+    return code
 
 
 # ---------------------------------------------------------------- parser
@@ -541,10 +505,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     sys.exit(code)
 
 
-def _run(coro: Awaitable[int]) -> int:
-    try:
-        import uvloop
+def _run(coro: Coroutine[Any, Any, int]) -> int:
+    import uvloop
 
-        return uvloop.run(coro)  # type: ignore[no-any-return]
-    except ImportError:  # pragma: no cover - uvloop is a core dependency
-        return asyncio.run(coro)  # type: ignore[arg-type]
+    result: int = uvloop.run(coro)
+    return result

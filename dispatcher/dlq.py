@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 CLUSTER_WINDOW_S = 3600.0
 CLUSTER_SHARE = 0.8
+CLUSTER_MIN = 10  # fewer than this is not "many"
 CODE_SHARE = 0.6
 
 
@@ -54,7 +55,7 @@ def classify(times: Sequence[float], codes: Sequence[int | None]) -> Pattern:
                     f"{code} from the receiver: fix the URL or the payload contract, then replay"
                 )
             return Pattern(name="status-code", action=action)
-    if n >= 3 and _max_in_window(times, CLUSTER_WINDOW_S) >= CLUSTER_SHARE * n:
+    if n >= CLUSTER_MIN and _max_in_window(times, CLUSTER_WINDOW_S) >= CLUSTER_SHARE * n:
         return Pattern(
             name="cluster",
             action=(

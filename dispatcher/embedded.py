@@ -34,7 +34,8 @@ def embedded_url(home: Path) -> str:
                 "DATABASE_URL is unset and the embedded PostgreSQL (pgserver) is not installed"
             ) from None
         try:
-            server = pgserver.get_server(home / "pgdata", cleanup_mode=None)
+            get_server = pgserver.get_server  # type: ignore[attr-defined]
+            server = get_server(home / "pgdata", cleanup_mode=None)
         except Exception as exc:
             raise OperationalError(f"embedded PostgreSQL failed to start: {exc}") from None
     return str(server.get_uri())

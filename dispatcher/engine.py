@@ -26,6 +26,7 @@ from . import log, store
 from .breaker import Breaker, BreakerState, effective_threshold, on_failure, on_success, probe_due
 from .gate import Gate
 from .listener import Listener
+from .metrics import Metrics
 from .models import AttemptResult, Delivery, Endpoint, Outcome, Status, Verdict
 from .retry import decide
 from .sender import Sender
@@ -57,6 +58,7 @@ class Engine:
         sender: Sender | None = None,
         worker_id: str | None = None,
         random_draw: Callable[[], float] = random.random,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
         self.url = database_url
@@ -65,6 +67,7 @@ class Engine:
             allow_private=settings.allow_private_targets, body_cap=settings.response_body_cap
         )
         self._draw = random_draw
+        self.metrics = metrics
         self.stats = Stats()
         self._gates: dict[int, Gate] = {}
         self._order: list[int] = []  # endpoint ids, rotated each claim for fairness
@@ -264,6 +267,7 @@ class Engine:
         if not ids:
             return 0, False
         assert self._pool is not None
+        t0 = time.perf_counter()
         try:
             async with self._pool.acquire() as conn:
                 rows = await store.claim(
@@ -280,6 +284,9 @@ class Engine:
             return 0, False
         self.stats.claims += 1
         self.stats.statements += 1
+        if self.metrics is not None:
+            self.metrics.claim_seconds.observe(time.perf_counter() - t0)
+            self.metrics.in_flight.set(self._inflight + len(rows))
         self._since_claim = 0
         for d in rows:
             self._start(d)
@@ -374,7 +381,9 @@ class Engine:
             # once; the flush makes the authoritative transition.
             now = time.time() + self._db_clock_offset
             if result.verdict is Verdict.SUCCESS:
-                gate.breaker = on_success(gate.breaker, now, base_cooldown_s=gate.endpoint.cooldown_s)
+                gate.breaker = on_success(
+                    gate.breaker, now, base_cooldown_s=gate.endpoint.cooldown_s
+                )
             else:
                 gate.breaker = on_failure(gate.breaker, now, threshold=self._threshold(gate))
             if outcome.disable_endpoint:
@@ -436,8 +445,9 @@ class Engine:
             if not quiet:
                 touched.append(eid)
         gone = sorted({o.endpoint_id for o in batch if o.disable_endpoint})
+        t0 = time.perf_counter()
         async with self._pool.acquire() as conn, conn.transaction():
-            await store.record_outcomes(conn, batch, self.worker)
+            lags = await store.record_outcomes(conn, batch, self.worker)
             self.stats.statements += 1
             if touched:
                 await self._write_breakers(conn, sorted(touched), spent)
@@ -445,13 +455,21 @@ class Engine:
                 await store.disable_gone(conn, gone)
                 self.stats.statements += 1
         self.stats.flushes += 1
+        if self.metrics is not None:
+            m = self.metrics
+            m.flush_seconds.observe(time.perf_counter() - t0)
+            m.record_outcomes(
+                (o.status.value if o.spent_attempt else "released", o.response_ms) for o in batch
+            )
+            m.record_lags(lags)
+            m.in_flight.set(self._inflight)
         for eid in touched:
             gate = self._gates.get(eid)
             if gate is not None:
                 gate.success_written_at = now_mono
 
     async def _write_breakers(
-        self, conn: asyncpg.Connection, ids: list[int], spent: dict[int, list[Outcome]]
+        self, conn: store.Conn, ids: list[int], spent: dict[int, list[Outcome]]
     ) -> None:
         locked = await store.lock_breakers(conn, ids)
         now = time.time() + self._db_clock_offset

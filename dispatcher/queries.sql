@@ -54,12 +54,14 @@ WITH o AS (
         updated_at = now()
     FROM o
     WHERE w.id = o.id AND w.status = 'in_flight' AND w.locked_by = $9
-    RETURNING w.id
+    RETURNING CASE WHEN o.status = 'delivered'
+                   THEN extract(epoch FROM now() - w.created_at)::float8 END AS lag_s
 ), lat AS (
-    INSERT INTO endpoint_latency (endpoint_id, response_ms, status_code)
-    SELECT o.endpoint_id, o.response_ms, o.status_code FROM o WHERE o.spent
+    INSERT INTO endpoint_latency (endpoint_id, response_ms, status_code, delivery_id, error)
+    SELECT o.endpoint_id, o.response_ms, o.status_code, o.id, o.error FROM o WHERE o.spent
 )
-SELECT count(*) FROM upd;
+-- End-to-end lags of what was delivered, for the lag histogram.
+SELECT coalesce(array_agg(lag_s) FILTER (WHERE lag_s IS NOT NULL), '{}') FROM upd;
 
 -- name: lock_health
 SELECT endpoint_id, state, consecutive_failures,
@@ -295,3 +297,47 @@ SELECT
     (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM webhook_queue
       WHERE status IN ('pending', 'failed', 'in_flight')) AS oldest_pending_age_s,
     (SELECT max(retry_cap_ms)::float8 / 1000 FROM endpoints) AS retry_window_s;
+
+-- name: metrics_view
+SELECT
+    (SELECT count(*) FROM webhook_queue WHERE status = 'pending') AS pending,
+    (SELECT count(*) FROM webhook_queue WHERE status = 'failed') AS failed,
+    (SELECT count(*) FROM webhook_queue WHERE status = 'in_flight') AS in_flight,
+    (SELECT count(*) FROM webhook_queue WHERE status = 'dead_letter') AS dead_letter,
+    (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM webhook_queue
+      WHERE status IN ('pending', 'failed', 'in_flight')) AS oldest_pending_s,
+    (SELECT count(*) FROM endpoint_health WHERE state = 'closed') AS closed,
+    (SELECT count(*) FROM endpoint_health WHERE state = 'open') AS open,
+    (SELECT count(*) FROM endpoint_health WHERE state = 'half_open') AS half_open;
+
+-- name: dead_letters_list
+SELECT id, endpoint_id, event_id, event_type, attempt_count, created_at, updated_at AS dead_at,
+       last_error, last_status_code, last_response_ms
+FROM webhook_queue
+WHERE status = 'dead_letter' AND ($1::bigint IS NULL OR endpoint_id = $1)
+ORDER BY updated_at DESC, id DESC
+LIMIT $2;
+
+-- name: attempts_for_event
+SELECT l.delivery_id, l.measured_at AS at, l.status_code, l.response_ms, l.error
+FROM webhook_queue w
+JOIN endpoint_latency l ON l.delivery_id = w.id
+WHERE w.event_id = $1
+ORDER BY l.delivery_id, l.measured_at;
+
+-- name: update_endpoint
+UPDATE endpoints SET
+    url = coalesce($2, url),
+    event_types = coalesce($3, event_types),
+    rate_per_s = CASE WHEN $13 THEN $4 ELSE rate_per_s END,
+    burst = CASE WHEN $14 THEN $5 ELSE burst END,
+    max_in_flight = coalesce($6, max_in_flight),
+    timeout_ms = coalesce($7, timeout_ms),
+    max_attempts = coalesce($8, max_attempts),
+    retry_base_ms = coalesce($9, retry_base_ms),
+    retry_cap_ms = coalesce($10, retry_cap_ms),
+    failure_threshold = coalesce($11, failure_threshold),
+    cooldown_s = coalesce($12, cooldown_s),
+    updated_at = now()
+WHERE id = $1
+RETURNING *;

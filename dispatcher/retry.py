@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import email.utils
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC
 
 from .models import Status, Verdict
 
@@ -45,7 +45,7 @@ def parse_retry_after(value: str | None, now_epoch: float) -> float | None:
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    delta = when.timestamp() - now_epoch
+    delta: float = when.timestamp() - now_epoch
     return min(max(delta, 0.0), MAX_RETRY_AFTER_S)
 
 
@@ -59,7 +59,7 @@ def backoff_ceiling_s(attempts_made: int, base_s: float, cap_s: float) -> float:
     # 2**exponent overflows float for silly attempt counts; the cap wins long before.
     if exponent >= 63:
         return cap_s
-    return min(cap_s, base_s * (2**exponent))
+    return min(cap_s, base_s * float(2**exponent))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -13,6 +13,7 @@ import time
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
+from yarl import URL
 
 from . import __version__
 from .errors import TargetRefused
@@ -68,7 +69,7 @@ class EndpointWire:
         self.timeout_ms = timeout_ms
         self.timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000)
         self.url_refusal: str | None = None
-        host = aiohttp.client.URL(url).host or ""
+        host = URL(url).host or ""
         if literal_address(host) is not None:
             # aiohttp skips the resolver for IP literals: check them here.
             try:
@@ -184,4 +185,3 @@ class Sender:
         return AttemptResult(
             verdict=verdict, status_code=None, response_ms=ms, error=error[:MAX_ERROR_LEN]
         )
-

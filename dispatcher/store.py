@@ -15,10 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from .breaker import Breaker, BreakerState
 from .errors import BadInput, OperationalError, UnknownEndpoint
 from .models import Delivery, Endpoint, EndpointSpec, Outcome
+
+# What every query function takes: a plain connection or one from a pool.
+Conn = asyncpg.Connection | PoolConnectionProxy
 
 MIGRATION_LOCK = 0x6469737061746368  # "dispatch"
 MAINTENANCE_LOCK = MIGRATION_LOCK + 1
@@ -79,7 +83,7 @@ def _migrations() -> list[tuple[int, str, str]]:
     return sorted(found)
 
 
-async def migrate(conn: asyncpg.Connection) -> list[str]:
+async def migrate(conn: Conn) -> list[str]:
     """Applies pending migrations; several processes may call it at once."""
     applied_now: list[str] = []
     # A session lock, held across the per-migration transactions, serialises
@@ -108,7 +112,7 @@ async def migrate(conn: asyncpg.Connection) -> list[str]:
     return applied_now
 
 
-async def migrations_current(conn: asyncpg.Connection) -> bool:
+async def migrations_current(conn: Conn) -> bool:
     try:
         done = {r["version"] for r in await conn.fetch("SELECT version FROM dispatcher_migrations")}
     except asyncpg.UndefinedTableError:
@@ -116,7 +120,7 @@ async def migrations_current(conn: asyncpg.Connection) -> bool:
     return all(v in done for v, _, _ in _migrations())
 
 
-async def require_schema(conn: asyncpg.Connection) -> None:
+async def require_schema(conn: Conn) -> None:
     if not await migrations_current(conn):
         raise OperationalError("the database is not migrated: run `dispatcher migrate` first")
 
@@ -152,7 +156,7 @@ def endpoint_public(row: asyncpg.Record, *, with_secret: bool = False) -> dict[s
     return out
 
 
-async def add_endpoint(conn: asyncpg.Connection, spec: EndpointSpec, secret: str) -> asyncpg.Record:
+async def add_endpoint(conn: Conn, spec: EndpointSpec, secret: str) -> asyncpg.Record:
     row = await conn.fetchrow(
         Q["insert_endpoint"],
         spec.url,
@@ -172,11 +176,11 @@ async def add_endpoint(conn: asyncpg.Connection, spec: EndpointSpec, secret: str
     return row
 
 
-async def list_endpoints(conn: asyncpg.Connection) -> list[asyncpg.Record]:
+async def list_endpoints(conn: Conn) -> list[asyncpg.Record]:
     return list(await conn.fetch(Q["list_endpoints"]))
 
 
-async def get_endpoint(conn: asyncpg.Connection, endpoint_id: int) -> asyncpg.Record:
+async def get_endpoint(conn: Conn, endpoint_id: int) -> asyncpg.Record:
     row = await conn.fetchrow(Q["get_endpoint"], endpoint_id)
     if row is None:
         raise UnknownEndpoint(f"no endpoint with id {endpoint_id}")
@@ -184,7 +188,7 @@ async def get_endpoint(conn: asyncpg.Connection, endpoint_id: int) -> asyncpg.Re
 
 
 async def set_enabled(
-    conn: asyncpg.Connection, endpoint_id: int, enabled: bool, reason: str | None = None
+    conn: Conn, endpoint_id: int, enabled: bool, reason: str | None = None
 ) -> asyncpg.Record:
     row = await conn.fetchrow(Q["set_enabled"], endpoint_id, enabled, reason or "disabled by user")
     if row is None:
@@ -195,7 +199,7 @@ async def set_enabled(
 
 
 async def rotate_secret(
-    conn: asyncpg.Connection, endpoint_id: int, new_secret: str, grace_s: float
+    conn: Conn, endpoint_id: int, new_secret: str, grace_s: float
 ) -> asyncpg.Record:
     async with conn.transaction():
         row = await conn.fetchrow(Q["rotate_secret"], endpoint_id, new_secret, grace_s)
@@ -206,7 +210,7 @@ async def rotate_secret(
 
 
 async def engine_endpoints(
-    conn: asyncpg.Connection,
+    conn: Conn,
 ) -> tuple[float, list[tuple[Endpoint, Breaker, str | None, float | None]]]:
     """Every endpoint with its breaker, for the engine's cache; and the DB clock."""
     rows = await conn.fetch(Q["engine_endpoints"])
@@ -228,7 +232,7 @@ async def engine_endpoints(
 
 
 async def enqueue(
-    conn: asyncpg.Connection,
+    conn: Conn,
     event_type: str,
     payload: str,
     event_id: str | None = None,
@@ -243,9 +247,7 @@ async def enqueue(
     return list(ids)
 
 
-async def enqueue_bulk(
-    conn: asyncpg.Connection, events: Iterable[tuple[str, str, str, int | None]]
-) -> int:
+async def enqueue_bulk(conn: Conn, events: Iterable[tuple[str, str, str, int | None]]) -> int:
     """COPY events (event_id, event_type, payload, endpoint_id) into a staging
     table, then fan them out in one INSERT … SELECT. Returns deliveries created."""
     events = list(events)
@@ -273,7 +275,7 @@ async def enqueue_bulk(
 
 
 async def claim(
-    conn: asyncpg.Connection,
+    conn: Conn,
     *,
     endpoint_ids: list[int],
     budgets: list[int],
@@ -295,8 +297,9 @@ async def claim(
     ]
 
 
-async def record_outcomes(conn: asyncpg.Connection, outcomes: Sequence[Outcome], worker: str) -> int:
-    n: int = await conn.fetchval(
+async def record_outcomes(conn: Conn, outcomes: Sequence[Outcome], worker: str) -> list[float]:
+    """Persists outcomes; returns the end-to-end lag (s) of each row delivered."""
+    lags: list[float] = await conn.fetchval(
         Q["record_outcomes"],
         [o.delivery_id for o in outcomes],
         [o.endpoint_id for o in outcomes],
@@ -308,11 +311,11 @@ async def record_outcomes(conn: asyncpg.Connection, outcomes: Sequence[Outcome],
         [o.error for o in outcomes],
         worker,
     )
-    return n
+    return lags
 
 
 async def lock_breakers(
-    conn: asyncpg.Connection, endpoint_ids: list[int]
+    conn: Conn, endpoint_ids: list[int]
 ) -> dict[int, tuple[Breaker, float | None]]:
     rows = await conn.fetch(Q["lock_health"], endpoint_ids)
     return {
@@ -331,9 +334,7 @@ async def lock_breakers(
     }
 
 
-async def store_breakers(
-    conn: asyncpg.Connection, breakers: dict[int, tuple[Breaker, int]]
-) -> None:
+async def store_breakers(conn: Conn, breakers: dict[int, tuple[Breaker, int]]) -> None:
     ids = list(breakers)
     await conn.execute(
         Q["store_health"],
@@ -348,32 +349,28 @@ async def store_breakers(
     )
 
 
-async def record_transitions(
-    conn: asyncpg.Connection, transitions: list[tuple[int, str, str, float]]
-) -> None:
+async def record_transitions(conn: Conn, transitions: list[tuple[int, str, str, float]]) -> None:
     if transitions:
         cols = list(zip(*transitions, strict=True))
         await conn.execute(Q["record_transitions"], *[list(c) for c in cols])
 
 
-async def disable_gone(conn: asyncpg.Connection, endpoint_ids: list[int]) -> None:
+async def disable_gone(conn: Conn, endpoint_ids: list[int]) -> None:
     await conn.execute(Q["disable_gone"], endpoint_ids)
 
 
-async def begin_probe(
-    conn: asyncpg.Connection, endpoint_id: int, worker: str, stale_after_s: float
-) -> bool:
+async def begin_probe(conn: Conn, endpoint_id: int, worker: str, stale_after_s: float) -> bool:
     return await conn.fetchval(Q["begin_probe"], endpoint_id, worker, stale_after_s) is not None
 
 
-async def due_sendable(conn: asyncpg.Connection) -> bool:
+async def due_sendable(conn: Conn) -> bool:
     return bool(await conn.fetchval(Q["due_sendable"]))
 
 
 # ---------------------------------------------------------------- maintenance
 
 
-async def maintain(conn: asyncpg.Connection, window_s: float, batch: int = 10_000) -> bool:
+async def maintain(conn: Conn, window_s: float, batch: int = 10_000) -> bool:
     """Percentiles and pruning; one worker at a time does it. True if it ran."""
     async with conn.transaction():
         got = await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", MAINTENANCE_LOCK)
@@ -385,14 +382,14 @@ async def maintain(conn: asyncpg.Connection, window_s: float, batch: int = 10_00
     return True
 
 
-async def refresh_percentiles(conn: asyncpg.Connection, window_s: float) -> None:
+async def refresh_percentiles(conn: Conn, window_s: float) -> None:
     await conn.execute(Q["refresh_percentiles"], window_s)
 
 
 # ---------------------------------------------------------------- reports
 
 
-async def health_summary(conn: asyncpg.Connection) -> dict[str, Any]:
+async def health_summary(conn: Conn) -> dict[str, Any]:
     row = await conn.fetchrow(Q["health_summary"])
     assert row is not None
     out = dict(row)
@@ -401,16 +398,16 @@ async def health_summary(conn: asyncpg.Connection) -> dict[str, Any]:
     return out
 
 
-async def endpoint_health(conn: asyncpg.Connection, window_s: float) -> list[dict[str, Any]]:
+async def endpoint_health(conn: Conn, window_s: float) -> list[dict[str, Any]]:
     await refresh_percentiles(conn, window_s)
     return [dict(r) for r in await conn.fetch(Q["endpoint_health_report"])]
 
 
-async def dead_letters_by_endpoint(conn: asyncpg.Connection, hours: float) -> list[asyncpg.Record]:
+async def dead_letters_by_endpoint(conn: Conn, hours: float) -> list[asyncpg.Record]:
     return list(await conn.fetch(Q["dead_letters_by_endpoint"], hours * 3600.0))
 
 
-async def replay_ids(conn: asyncpg.Connection, ids: list[int]) -> int:
+async def replay_ids(conn: Conn, ids: list[int]) -> int:
     async with conn.transaction():
         rows = await conn.fetch(Q["replay_ids"], ids)
         if rows:
@@ -419,7 +416,7 @@ async def replay_ids(conn: asyncpg.Connection, ids: list[int]) -> int:
 
 
 async def replay_endpoint(
-    conn: asyncpg.Connection,
+    conn: Conn,
     endpoint_id: int,
     since: datetime | None,
     until: datetime | None,
@@ -432,5 +429,71 @@ async def replay_endpoint(
     return len(rows)
 
 
-async def deliveries_for_event(conn: asyncpg.Connection, event_id: str) -> list[dict[str, Any]]:
+async def deliveries_for_event(conn: Conn, event_id: str) -> list[dict[str, Any]]:
     return [dict(r) for r in await conn.fetch(Q["deliveries_for_event"], event_id)]
+
+
+async def update_endpoint(conn: Conn, endpoint_id: int, spec: EndpointSpec,
+                          changed: set[str]) -> asyncpg.Record:  # fmt: skip
+    """Applies the fields named in `changed` from an already-validated spec."""
+
+    def pick(name: str) -> Any:
+        return getattr(spec, name) if name in changed else None
+
+    event_types = list(spec.event_types) if "event_types" in changed else None
+    row = await conn.fetchrow(
+        Q["update_endpoint"],
+        endpoint_id,
+        pick("url"),
+        event_types,
+        spec.rate_per_s,
+        spec.burst,
+        pick("max_in_flight"),
+        pick("timeout_ms"),
+        pick("max_attempts"),
+        pick("retry_base_ms"),
+        pick("retry_cap_ms"),
+        pick("failure_threshold"),
+        pick("cooldown_s"),
+        "rate_per_s" in changed,
+        "burst" in changed,
+    )
+    if row is None:
+        raise UnknownEndpoint(f"no endpoint with id {endpoint_id}")
+    return row
+
+
+def spec_from_row(row: asyncpg.Record) -> EndpointSpec:
+    return EndpointSpec(
+        url=row["url"],
+        event_types=tuple(row["event_types"]),
+        rate_per_s=row["rate_per_s"],
+        burst=row["burst"],
+        max_in_flight=row["max_in_flight"],
+        timeout_ms=row["timeout_ms"],
+        max_attempts=row["max_attempts"],
+        retry_base_ms=row["retry_base_ms"],
+        retry_cap_ms=row["retry_cap_ms"],
+        failure_threshold=row["failure_threshold"],
+        cooldown_s=row["cooldown_s"],
+    )
+
+
+async def dead_letters_list(
+    conn: Conn, endpoint_id: int | None, limit: int
+) -> list[dict[str, Any]]:
+    return [dict(r) for r in await conn.fetch(Q["dead_letters_list"], endpoint_id, limit)]
+
+
+async def attempts_for_event(conn: Conn, event_id: str) -> list[dict[str, Any]]:
+    return [dict(r) for r in await conn.fetch(Q["attempts_for_event"], event_id)]
+
+
+async def metrics_view(conn: Conn) -> dict[str, Any]:
+    row = await conn.fetchrow(Q["metrics_view"])
+    assert row is not None
+    return dict(row)
+
+
+async def ping(conn: Conn) -> None:
+    await conn.fetchval("SELECT 1")

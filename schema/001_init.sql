@@ -65,14 +65,18 @@ CREATE INDEX webhook_queue_delivered_idx ON webhook_queue (delivered_at)
     WHERE status = 'delivered';
 CREATE INDEX webhook_queue_event_idx ON webhook_queue (event_id);
 
+-- One row per attempt: the percentile samples, and each delivery's attempt log.
 CREATE TABLE endpoint_latency (
     endpoint_id bigint NOT NULL REFERENCES endpoints (id) ON DELETE CASCADE,
     response_ms integer NOT NULL,
     status_code integer,
-    measured_at timestamptz NOT NULL DEFAULT now()
+    measured_at timestamptz NOT NULL DEFAULT now(),
+    delivery_id bigint,
+    error       text
 );
 CREATE INDEX endpoint_latency_endpoint_time_idx ON endpoint_latency (endpoint_id, measured_at);
 CREATE INDEX endpoint_latency_time_idx ON endpoint_latency (measured_at);
+CREATE INDEX endpoint_latency_delivery_idx ON endpoint_latency (delivery_id);
 
 CREATE TABLE endpoint_health (
     endpoint_id          bigint PRIMARY KEY REFERENCES endpoints (id) ON DELETE CASCADE,

@@ -106,11 +106,9 @@ def test_classify_status_every_code(code: int) -> None:
     assert classify_status(code) is _expected_verdict(code)
 
 
-@pytest.mark.parametrize("code", range(100, 600))
-def test_classify_status_exhaustive(code: int) -> None:
-    verdict = classify_status(code)
-    assert isinstance(verdict, Verdict)
-    assert verdict is _expected_verdict(code)
+def test_classify_status_exhaustive() -> None:
+    for code in range(100, 600):
+        assert classify_status(code) is _expected_verdict(code), code
 
 
 # --------------------------------------------------------------------------
@@ -218,19 +216,26 @@ def test_parse_retry_after_http_date_property(offset_s: int, now_s: int) -> None
 
 
 @PROPS
-@given(st.text(max_size=64), st.floats(0, 4e9))
+@given(
+    st.text(max_size=64)
+    | st.text(st.characters(categories=["Nd", "No", "Nl", "Zs", "Cc"]), max_size=8),
+    st.floats(0, 4e9),
+)
 def test_parse_retry_after_never_raises(value: str, now: float) -> None:
     got = parse_retry_after(value, now)
     assert got is None or (isinstance(got, float) and 0.0 <= got <= MAX_RETRY_AFTER_S)
 
 
+DATE_TOKENS = [
+    *("Mon,", "Wed", "21", "99", "Oct", "Foo", "2015", "10000", "0000", "-1", "07:28:00"),
+    *("25:61:61", "GMT", "UTC", "EST", "+0100", "-9999", "+9999", "XYZ", ",", " "),
+]
+
+
 @PROPS
 @given(
     st.lists(
-        st.sampled_from(
-            ["Mon,", "Wed", "21", "99", "Oct", "Foo", "2015", "10000", "0000", "-1", "07:28:00"]
-            + ["25:61:61", "GMT", "UTC", "EST", "+0100", "-9999", "+9999", "XYZ", ",", " "]
-        ),
+        st.sampled_from(DATE_TOKENS),
         max_size=8,
     ),
     st.floats(0, 4e9),

@@ -280,9 +280,7 @@ def test_verify_signature_ignores_other_versions() -> None:
 
 keys = st.binary(min_size=16, max_size=64)
 msg_ids = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=40)
-ascii_ids = st.text(
-    st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=40
-)
+ascii_ids = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=40)
 timestamps = st.integers(min_value=0, max_value=2**33)
 json_values = st.recursive(
     st.none()
@@ -290,8 +288,9 @@ json_values = st.recursive(
     | st.integers(min_value=-(2**53), max_value=2**53)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(st.characters(exclude_categories=["Cs"]), max_size=20),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=12,
 )
 

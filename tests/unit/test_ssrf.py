@@ -130,7 +130,6 @@ ALLOWED = [
     "2a00:1450:4001:81c::200e",
     "2620:fe::fe",
     "::ffff:8.8.8.8",  # IPv4-mapped public
-    "2002:808:808::",  # 6to4 of a public address
     "64:ff9b::808:808",  # NAT64 of a public address
     "64:ff9b::101:101",
 ]
@@ -292,18 +291,21 @@ def test_embedding_never_launders_an_address(ip: ipaddress.IPv4Address) -> None:
 
 @PROPS
 @given(v4_any)
-def test_ipv4_mapped_and_6to4_and_nat64_agree_with_ipv4(ip: ipaddress.IPv4Address) -> None:
+def test_ipv4_mapped_and_nat64_agree_with_ipv4(ip: ipaddress.IPv4Address) -> None:
+    # (6to4 is only checked one way, above: newer Pythons treat all of
+    # 2002::/16 as non-global, which is stricter and fine.)
     v4 = int(ip)
     verdict = address_allowed(ip)
     assert address_allowed(ipaddress.IPv6Address((0xFFFF << 32) | v4)) == verdict
-    assert address_allowed(ipaddress.IPv6Address((0x2002 << 112) | (v4 << 80))) == verdict
     nat64 = ipaddress.IPv6Address(int(ipaddress.IPv6Address("64:ff9b::")) | v4)
     assert address_allowed(nat64) == verdict
 
 
 @PROPS
 @given(st.one_of(v4_any, st.integers(0, 2**128 - 1).map(ipaddress.IPv6Address)))
-def test_allow_private_accepts_any_address(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> None:
+def test_allow_private_accepts_any_address(
+    ip: ipaddress.IPv4Address | ipaddress.IPv6Address,
+) -> None:
     check_address("h", str(ip), allow_private=True)
 
 
@@ -430,7 +432,9 @@ def test_validate_url_does_not_leak_credentials_in_message() -> None:
     st.none() | st.integers(min_value=1, max_value=65535),
     st.from_regex(r"(/[A-Za-z0-9._~%-]{0,12}){0,4}", fullmatch=True),
 )
-def test_validate_url_accepts_generated(scheme: str, host: str, port: int | None, path: str) -> None:
+def test_validate_url_accepts_generated(
+    scheme: str, host: str, port: int | None, path: str
+) -> None:
     url = f"{scheme}://{host}{'' if port is None else f':{port}'}{path}"
     assert validate_url(url) == url
 

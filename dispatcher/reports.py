@@ -1,19 +1,40 @@
-"""The three alert conditions of SPEC, evaluated against the database."""
+"""Reports built from the store and the pure analyses: dead letters, alerts."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import asyncpg
-
 from . import store
+from .dlq import classify
 from .settings import Settings
+from .store import Conn
+
+
+async def dlq_report(conn: Conn, hours: float) -> list[dict[str, Any]]:
+    out = []
+    for r in await store.dead_letters_by_endpoint(conn, hours):
+        pattern = classify(r["times"], r["codes"])
+        out.append(
+            {
+                "endpoint_id": r["endpoint_id"],
+                "dead": r["dead"],
+                "primary_error": r["primary_error"],
+                "primary_status_code": r["primary_status_code"],
+                "first_at": r["first_at"],
+                "last_at": r["last_at"],
+                "avg_attempts": round(r["avg_attempts"], 2),
+                "pattern": pattern.name,
+                "suggested_action": pattern.action,
+            }
+        )
+    return out
+
 
 DEFAULT_PENDING_AGE_S = 1800.0
 DEFAULT_P95_MS = 2000.0
 
 
-async def evaluate(conn: asyncpg.Connection, settings: Settings) -> dict[str, dict[str, Any]]:
+async def alerts(conn: Conn, settings: Settings) -> dict[str, dict[str, Any]]:
     """Each alert with its current value, threshold and whether it fires.
 
     - dead_letters_rising: dead letters created in the last hour exceed those

@@ -1,0 +1,43 @@
+# Every target installs what it needs into .venv first.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+export DISPATCHER_HOME ?= $(CURDIR)/.dispatcher
+
+.PHONY: install run demo test lint format bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Migrate, then run the worker (embedded PostgreSQL unless DATABASE_URL is set).
+run: install
+	$(BIN)/dispatcher migrate
+	exec $(BIN)/dispatcher run $(RUN_ARGS)
+
+demo: install
+	$(BIN)/dispatcher demo
+
+lint: install
+	$(BIN)/ruff check dispatcher tests benchmarks
+	$(BIN)/ruff format --check dispatcher tests benchmarks
+	$(BIN)/mypy dispatcher
+
+format: install
+	$(BIN)/ruff check --fix dispatcher tests benchmarks
+	$(BIN)/ruff format dispatcher tests benchmarks
+
+test: lint
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+bench: install
+	$(PY) -m benchmarks $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .hypothesis

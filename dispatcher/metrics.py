@@ -1,0 +1,86 @@
+"""Prometheus metrics: the only module that imports prometheus_client.
+
+Labels are bounded: outcome and status names, breaker states; never endpoint
+ids (a deployment with 10,000 endpoints must not get 10,000 series).
+Queue-shaped gauges are read from the database at scrape time, so `serve`
+reports them without running an engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60)
+_LAG_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.deliveries = Counter(
+            "dispatcher_deliveries", "Attempt outcomes", ["outcome"], registry=r
+        )
+        self.attempt_seconds = Histogram(
+            "dispatcher_attempt_seconds", "HTTP attempt latency", buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )  # fmt: skip
+        self.lag_seconds = Histogram(
+            "dispatcher_end_to_end_lag_seconds", "Created to delivered", buckets=_LAG_BUCKETS,
+            registry=r,
+        )  # fmt: skip
+        self.in_flight = Gauge("dispatcher_in_flight", "Rows claimed by this process", registry=r)
+        self.claim_seconds = Histogram(
+            "dispatcher_claim_seconds", "Claim statement duration", registry=r
+        )
+        self.flush_seconds = Histogram(
+            "dispatcher_flush_seconds", "Outcome flush duration", registry=r
+        )
+        self.queue_depth = Gauge("dispatcher_queue_depth", "Rows by status", ["status"], registry=r)
+        self.oldest_pending = Gauge(
+            "dispatcher_oldest_pending_seconds", "Age of the oldest undelivered row", registry=r
+        )
+        self.breakers = Gauge(
+            "dispatcher_breakers", "Endpoints by breaker state", ["state"], registry=r
+        )
+        self.alert = Gauge("dispatcher_alert_firing", "Alert conditions", ["alert"], registry=r)
+
+    def record_outcomes(self, outcomes: Iterable[tuple[str, int | None]]) -> None:
+        for outcome, ms in outcomes:
+            self.deliveries.labels(outcome).inc()
+            if ms is not None:
+                self.attempt_seconds.observe(ms / 1000)
+
+    def record_lags(self, lags: Iterable[float]) -> None:
+        for lag in lags:
+            self.lag_seconds.observe(lag)
+
+    def set_database_view(
+        self,
+        depth: dict[str, int],
+        oldest_pending_s: float | None,
+        breakers: dict[str, int],
+        alerts: dict[str, dict[str, Any]],
+    ) -> None:
+        for status in ("pending", "in_flight", "failed", "delivered", "dead_letter"):
+            self.queue_depth.labels(status).set(depth.get(status, 0))
+        self.oldest_pending.set(oldest_pending_s or 0.0)
+        for state in ("closed", "open", "half_open"):
+            self.breakers.labels(state).set(breakers.get(state, 0))
+        for name, a in alerts.items():
+            self.alert.labels(name).set(1 if a["firing"] else 0)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,165 @@
+"""The OpenAPI 3.0 document served at /v1/openapi.json."""
+
+# ruff: noqa: E501
+# fmt: off
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import __version__
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _ok(schema: dict[str, Any], code: str = "200") -> dict[str, Any]:
+    return {
+        code: {"description": "OK", "content": {"application/json": {"schema": schema}}},
+        "400": {"description": "Bad input", "content": {"application/json": {"schema": _ref("Error")}}},
+        "401": {"description": "Missing or wrong token"},
+        "404": {"description": "Not found", "content": {"application/json": {"schema": _ref("Error")}}},
+        "503": {"description": "Database unavailable"},
+    }
+
+
+def _body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
+    return {"required": required, "content": {"application/json": {"schema": schema}}}
+
+
+_ID = {"name": "id", "in": "path", "required": True,
+       "schema": {"type": "integer", "minimum": 1, "maximum": 2**62}}
+_NUM = {"type": "number"}
+_INT = {"type": "integer"}
+_STR = {"type": "string"}
+_TS = {"type": "string", "format": "date-time", "nullable": True}
+
+_ENDPOINT_FIELDS: dict[str, Any] = {
+    "url": {"type": "string", "maxLength": 2048},
+    "event_types": {"type": "array", "items": {"type": "string", "minLength": 1}},
+    "rate_per_s": {"type": "number", "nullable": True, "exclusiveMinimum": True, "minimum": 0},
+    "burst": {"type": "integer", "nullable": True, "minimum": 1},
+    "max_in_flight": {"type": "integer", "minimum": 1, "maximum": 10000},
+    "timeout_ms": {"type": "integer", "minimum": 1, "maximum": 300000},
+    "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100},
+    "retry_base_ms": {"type": "integer", "minimum": 0},
+    "retry_cap_ms": {"type": "integer", "minimum": 0},
+    "failure_threshold": {"type": "integer", "minimum": 1},
+    "cooldown_s": {"type": "number", "exclusiveMinimum": True, "minimum": 0},
+}
+
+OPENAPI: dict[str, Any] = {
+    "openapi": "3.0.3",
+    "info": {"title": "dispatcher admin API", "version": __version__},
+    "components": {
+        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        "schemas": {
+            "Error": {"type": "object", "properties": {"error": _STR}, "required": ["error"]},
+            "Endpoint": {
+                "type": "object",
+                "properties": {"id": _INT, "enabled": {"type": "boolean"}, **_ENDPOINT_FIELDS},
+            },
+            "EndpointCreate": {
+                "type": "object",
+                "properties": {**_ENDPOINT_FIELDS, "secret": _STR},
+                "required": ["url"],
+                "additionalProperties": False,
+            },
+            "EndpointUpdate": {
+                "type": "object", "properties": _ENDPOINT_FIELDS, "additionalProperties": False,
+            },
+            "Event": {
+                "type": "object",
+                "properties": {
+                    "event_type": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "payload": {},
+                    "event_id": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "endpoint": {"type": "integer", "minimum": 1},
+                },
+                "required": ["event_type", "payload"],
+            },
+            "Enqueued": {
+                "type": "object",
+                "properties": {"event_id": _STR, "deliveries": {"type": "array", "items": _INT}},
+            },
+            "Health": {
+                "type": "object",
+                "properties": {
+                    "pending": _INT, "awaiting_retry": _INT, "in_flight": _INT,
+                    "dead_letter": _INT, "delivered_last_hour": _INT, "failed_last_hour": _INT,
+                    "oldest_pending": _TS,
+                    "avg_delivery_ms_last_hour": {"type": "number", "nullable": True},
+                },
+            },
+            "Replay": {
+                "type": "object",
+                "properties": {
+                    "ids": {"type": "array", "items": {"type": "integer", "minimum": 1}},
+                    "endpoint_id": {"type": "integer", "minimum": 1},
+                    "since": {"type": "string", "format": "date-time"},
+                    "until": {"type": "string", "format": "date-time"},
+                },
+            },
+        },
+    },
+    "security": [{"bearer": []}],
+    "paths": {
+        "/healthz": {"get": {"summary": "Process alive", "security": [],
+                             "responses": {"200": {"description": "alive"}}}},
+        "/readyz": {"get": {"summary": "Database reachable and migrated", "security": [],
+                            "responses": {"200": {"description": "ready"},
+                                          "503": {"description": "not ready"}}}},
+        "/metrics": {"get": {"summary": "Prometheus metrics",
+                             "responses": {"200": {"description": "text exposition"},
+                                           "401": {"description": "token"}}}},
+        "/v1/endpoints": {
+            "get": {"summary": "List endpoints", "responses": _ok({"type": "array", "items": _ref("Endpoint")})},
+            "post": {"summary": "Create an endpoint (the response carries its secret)",
+                     "requestBody": _body(_ref("EndpointCreate")),
+                     "responses": _ok(_ref("Endpoint"), "201")},
+        },
+        "/v1/endpoints/health": {"get": {"summary": "Breaker state and percentiles per endpoint",
+                                         "responses": _ok({"type": "array", "items": {"type": "object"}})}},
+        "/v1/endpoints/{id}": {
+            "parameters": [_ID],
+            "get": {"summary": "One endpoint", "responses": _ok(_ref("Endpoint"))},
+            "patch": {"summary": "Update settings", "requestBody": _body(_ref("EndpointUpdate")),
+                      "responses": _ok(_ref("Endpoint"))},
+        },
+        "/v1/endpoints/{id}/disable": {"parameters": [_ID], "post": {
+            "summary": "Stop deliveries (nothing queued is lost)", "responses": _ok(_ref("Endpoint"))}},
+        "/v1/endpoints/{id}/enable": {"parameters": [_ID], "post": {
+            "summary": "Resume deliveries", "responses": _ok(_ref("Endpoint"))}},
+        "/v1/endpoints/{id}/rotate-secret": {"parameters": [_ID], "post": {
+            "summary": "New secret; the old one signs alongside it for grace_s",
+            "requestBody": _body({"type": "object", "properties": {"grace_s": {"type": "number", "minimum": 0}}}, False),
+            "responses": _ok(_ref("Endpoint"))}},
+        "/v1/events": {"post": {"summary": "Enqueue an event (fan-out to subscribers)",
+                                "requestBody": _body(_ref("Event")),
+                                "responses": _ok(_ref("Enqueued"), "202")}},
+        "/v1/deliveries": {"get": {
+            "summary": "Deliveries of one event, each with its attempts",
+            "parameters": [{"name": "event_id", "in": "query", "required": True,
+                            "schema": {"type": "string", "minLength": 1}}],
+            "responses": _ok({"type": "array", "items": {"type": "object"}})}},
+        "/v1/dead-letters": {"get": {
+            "summary": "Dead letters, newest first",
+            "parameters": [
+                {"name": "endpoint_id", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 2**62}},
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+            ],
+            "responses": _ok({"type": "array", "items": {"type": "object"}})}},
+        "/v1/dead-letters/analyze": {"get": {
+            "summary": "Per endpoint: count, primary error and status, pattern, suggested action",
+            "parameters": [{"name": "hours", "in": "query", "schema": {"type": "number", "exclusiveMinimum": True, "minimum": 0, "maximum": 8760}}],
+            "responses": _ok({"type": "array", "items": {"type": "object"}})}},
+        "/v1/dead-letters/replay": {"post": {
+            "summary": "Move dead letters back to pending with a fresh attempt budget",
+            "requestBody": _body(_ref("Replay")),
+            "responses": _ok({"type": "object", "properties": {"requeued": _INT}})}},
+        "/v1/health": {"get": {"summary": "One-row pipeline summary", "responses": _ok(_ref("Health"))}},
+        "/v1/alerts": {"get": {"summary": "The three alert conditions", "responses": _ok({"type": "object"})}},
+        "/v1/openapi.json": {"get": {"summary": "This document", "responses": _ok({"type": "object"})}},
+    },
+}

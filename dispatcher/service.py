@@ -1,0 +1,102 @@
+"""Operations shared by the CLI and the admin API.
+
+User input (flags or JSON) becomes validated values here, then goes to the
+store; both entry points report errors the same way.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any
+
+import orjson
+
+from . import store
+from .api import payload_text
+from .errors import BadInput
+from .models import EndpointSpec
+from .signing import SECRET_PREFIX, secret_key
+from .ssrf import validate_url
+
+_INT_FIELDS = {"burst", "max_in_flight", "timeout_ms", "max_attempts", "retry_base_ms",
+               "retry_cap_ms", "failure_threshold"}  # fmt: skip
+_FLOAT_FIELDS = {"rate_per_s", "cooldown_s"}
+SPEC_FIELDS = frozenset(f.name for f in fields(EndpointSpec))
+
+
+def _typed(name: str, value: Any) -> Any:
+    if value is None:
+        if name in ("rate_per_s", "burst", "secret"):
+            return None
+        raise BadInput(f"{name} must not be null")
+    if name in _INT_FIELDS:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise BadInput(f"{name} must be an integer")
+        if abs(value) > 2**31 - 1:
+            raise BadInput(f"{name} is out of range")
+    elif name in _FLOAT_FIELDS:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise BadInput(f"{name} must be a number")
+        value = float(value)
+    elif name == "event_types":
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list | tuple) or not all(isinstance(t, str) for t in value):
+            raise BadInput("event_types must be a list of strings")
+        value = tuple(value)
+    elif name in ("url", "secret") and not isinstance(value, str):
+        raise BadInput(f"{name} must be a string")
+    return value
+
+
+def spec_from_fields(data: Mapping[str, Any], base: EndpointSpec | None = None) -> EndpointSpec:
+    """A validated spec from user fields, over `base` (for updates) or defaults."""
+    unknown = set(data) - SPEC_FIELDS
+    if unknown:
+        raise BadInput(f"unknown field: {sorted(unknown)[0]}")
+    values = {} if base is None else {f: getattr(base, f) for f in SPEC_FIELDS}
+    for name, value in data.items():
+        values[name] = _typed(name, value)
+    if "url" not in values:
+        raise BadInput("url is required")
+    validate_url(values["url"])
+    secret = values.get("secret")
+    if secret is not None:
+        if not secret.startswith(SECRET_PREFIX):
+            raise BadInput("secret must start with whsec_")
+        secret_key(secret)
+    spec = EndpointSpec(**values)
+    spec.validate()
+    return spec
+
+
+def new_event_id() -> str:
+    return f"evt_{uuid.uuid4().hex}"
+
+
+def event_id_of(value: Any) -> str:
+    if value is None:
+        return new_event_id()
+    if not isinstance(value, str) or not value or len(value) > 200 or not value.isprintable():
+        raise BadInput("event_id must be a printable string of 1..200 characters")
+    return value
+
+
+async def enqueue_event(conn: store.Conn, doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The `enqueue` semantics for one event given as a JSON-shaped document."""
+    event_type = doc.get("event_type")
+    if not isinstance(event_type, str) or not event_type or len(event_type) > 200:
+        raise BadInput("event_type must be a non-empty string of at most 200 characters")
+    if "payload" not in doc:
+        raise BadInput("payload is required")
+    endpoint = doc.get("endpoint", doc.get("endpoint_id"))
+    if endpoint is not None and (isinstance(endpoint, bool) or not isinstance(endpoint, int)):
+        raise BadInput("endpoint must be an integer id")
+    # The payload arrives parsed inside the request document; its canonical
+    # encoding is what gets stored, signed and sent.
+    payload = payload_text(orjson.dumps(doc["payload"]))
+    event_id = event_id_of(doc.get("event_id"))
+    ids = await store.enqueue(conn, event_type, payload, event_id, endpoint)
+    return {"event_id": event_id, "deliveries": ids}

@@ -1,0 +1,69 @@
+"""Small helpers shared by integration and end-to-end tests."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from dataclasses import replace
+from typing import Any
+
+import asyncpg
+
+from dispatcher import store
+from dispatcher.engine import Engine
+from dispatcher.models import EndpointSpec
+from dispatcher.settings import Settings
+from dispatcher.signing import generate_secret
+
+FAST = Settings(
+    allow_private_targets=True,
+    poll_interval_s=0.2,
+    flush_interval_s=0.005,
+    lease_margin_s=1.0,
+    endpoint_refresh_s=0.2,
+    grace_s=5.0,
+)
+
+
+async def add_endpoint(conn: asyncpg.Connection, url: str, **kw: Any) -> tuple[int, str]:
+    spec = EndpointSpec(url=url, **kw)
+    spec.validate()
+    secret = kw.get("secret") or generate_secret()
+    row = await store.add_endpoint(conn, spec, secret)
+    return row["id"], secret
+
+
+def engine(db_url: str, **overrides: Any) -> Engine:
+    return Engine(replace(FAST, **overrides), db_url)
+
+
+async def drain(db_url: str, timeout: float = 30.0, **overrides: Any) -> Engine:
+    e = engine(db_url, **overrides)
+    await asyncio.wait_for(e.run(drain=True), timeout)
+    return e
+
+
+async def statuses(conn: asyncpg.Connection) -> dict[str, int]:
+    rows = await conn.fetch("SELECT status, count(*) AS n FROM webhook_queue GROUP BY status")
+    return {r["status"]: r["n"] for r in rows}
+
+
+def cli_env(db_url: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCHER_")}
+    env["DATABASE_URL"] = db_url
+    env["DISPATCHER_ALLOW_PRIVATE_TARGETS"] = "1"
+    env.update(extra)
+    return env
+
+
+async def cli(db_url: str, *args: str, env: dict[str, str] | None = None,
+              timeout: float = 60.0) -> tuple[int, str, str]:  # fmt: skip
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "dispatcher", *args,
+        env=env or cli_env(db_url),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
