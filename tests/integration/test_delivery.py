@@ -259,3 +259,57 @@ async def test_notify_wakes_idle_engine(conn: asyncpg.Connection, db_url: str,
         e.stop()
         await asyncio.wait_for(task, 10)
     assert len(receiver.received) == 1
+
+
+async def test_bulk_copy_wakes_listeners_once(conn: asyncpg.Connection, db_url: str) -> None:
+    from dispatcher import store
+
+    await add_endpoint(conn, "https://example.com/hook")
+    seen: list[str] = []
+    got = asyncio.Event()
+    listener = await asyncpg.connect(db_url)
+
+    def note(*args: object) -> None:
+        seen.append(str(args[2]))
+        got.set()
+
+    await listener.add_listener("dispatcher_due", note)
+    try:
+        n = await store.enqueue_bulk(conn, [(f"c{i}", "t", "{}", None) for i in range(2000)])
+        assert n == 2000
+        await asyncio.wait_for(got.wait(), 5)
+        await conn.execute("SELECT pg_notify('marker', '')")  # a round trip after the commit
+        await asyncio.sleep(0.2)
+    finally:
+        await listener.close()
+    assert seen == ["dispatcher_due"]
+
+
+async def test_enqueue_inside_rolled_back_transaction_creates_nothing(
+    conn: asyncpg.Connection,
+) -> None:
+    await add_endpoint(conn, "https://example.com/a", event_types=("paid",))
+    await add_endpoint(conn, "https://example.com/b", event_types=("refund",))
+    tx = conn.transaction()
+    await tx.start()
+    ids = await conn.fetchval("SELECT dispatcher_enqueue('paid', '{\"x\": 1}', 'tx-1')")
+    assert len(ids) == 1
+    await tx.rollback()
+    assert await conn.fetchval("SELECT count(*) FROM webhook_queue") == 0
+    async with conn.transaction():
+        ids = await conn.fetchval("SELECT dispatcher_enqueue('paid', '{\"x\": 1}', 'tx-1')")
+    again = await conn.fetchval("SELECT dispatcher_enqueue('paid', '{\"x\": 1}', 'tx-1')")
+    assert list(ids) == list(again) and len(ids) == 1
+    assert await conn.fetchval("SELECT payload::text FROM webhook_queue") == '{"x": 1}'
+
+
+async def test_concurrent_migrations(empty_db_url: str) -> None:
+    from dispatcher import store
+
+    conns = [await asyncpg.connect(empty_db_url) for _ in range(4)]
+    try:
+        results = await asyncio.gather(*(store.migrate(c) for c in conns))
+    finally:
+        for c in conns:
+            await c.close()
+    assert sorted(len(r) for r in results) == [0, 0, 0, 1]

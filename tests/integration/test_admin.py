@@ -1,0 +1,141 @@
+"""The admin HTTP API on a live server: every route, with and without the token."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import aiohttp
+import asyncpg
+import pytest
+from aiohttp import web
+
+from dispatcher.admin import start_admin
+from tests.helpers import FAST, drain
+from tests.receivers import Receiver, status
+
+TOKEN = "test-token-123"
+
+
+@pytest.fixture
+async def api(db_url: str) -> AsyncIterator[tuple[str, aiohttp.ClientSession]]:
+    runner: web.AppRunner = await start_admin(
+        "127.0.0.1:0", replace(FAST, admin_token=TOKEN), db_url
+    )
+    host, port = runner.addresses[0][:2]
+    async with aiohttp.ClientSession(
+        base_url=f"http://{host}:{port}", headers={"Authorization": f"Bearer {TOKEN}"}
+    ) as s:
+        yield f"http://{host}:{port}", s
+    await runner.cleanup()
+
+
+PROTECTED = [
+    ("GET", "/metrics"),
+    ("GET", "/"),
+    ("GET", "/v1/openapi.json"),
+    ("GET", "/v1/endpoints"),
+    ("POST", "/v1/endpoints"),
+    ("GET", "/v1/endpoints/1"),
+    ("PATCH", "/v1/endpoints/1"),
+    ("POST", "/v1/endpoints/1/disable"),
+    ("POST", "/v1/endpoints/1/enable"),
+    ("POST", "/v1/endpoints/1/rotate-secret"),
+    ("GET", "/v1/endpoints/health"),
+    ("POST", "/v1/events"),
+    ("GET", "/v1/deliveries?event_id=x"),
+    ("GET", "/v1/dead-letters"),
+    ("GET", "/v1/dead-letters/analyze"),
+    ("POST", "/v1/dead-letters/replay"),
+    ("GET", "/v1/health"),
+    ("GET", "/v1/alerts"),
+]
+
+
+async def test_token_guards_everything_but_probes(api: tuple[str, aiohttp.ClientSession]) -> None:
+    base, _ = api
+    async with aiohttp.ClientSession() as anon:
+        for method, path in PROTECTED:
+            async with anon.request(method, base + path) as r:
+                assert r.status == 401, (method, path)
+            async with anon.request(
+                method, base + path, headers={"Authorization": "Bearer wrong"}
+            ) as r:
+                assert r.status == 401, (method, path)
+        async with anon.get(base + "/healthz") as r:
+            assert r.status == 200
+        async with anon.get(base + "/readyz") as r:
+            assert r.status == 200 and (await r.json())["ready"] is True
+
+
+async def test_routes_with_token(api: tuple[str, aiohttp.ClientSession], db_url: str,
+                                 receiver: Receiver, conn: asyncpg.Connection) -> None:  # fmt: skip
+    _, s = api
+    receiver.routes["/dead"] = status(403)
+    async with s.post("/v1/endpoints", json={"url": receiver.url("/ok"),
+                                             "event_types": ["order.paid"]}) as r:  # fmt: skip
+        assert r.status == 201
+        ok = await r.json()
+        assert ok["secret"].startswith("whsec_")
+    async with s.post("/v1/endpoints", json={"url": receiver.url("/dead"), "max_attempts": 1}) as r:
+        dead = await r.json()
+    async with s.post("/v1/endpoints", json={"url": "ftp://nope"}) as r:
+        assert r.status == 400 and "error" in await r.json()
+    async with s.post("/v1/endpoints", json={"url": receiver.url("/x"), "bogus": 1}) as r:
+        assert r.status == 400
+    async with s.get("/v1/endpoints") as r:
+        listed = await r.json()
+        assert [e["id"] for e in listed] == [ok["id"], dead["id"]]
+        assert all("secret" not in e for e in listed)
+    async with s.patch(f"/v1/endpoints/{ok['id']}", json={"timeout_ms": 5000}) as r:
+        assert (await r.json())["timeout_ms"] == 5000
+    async with s.get("/v1/endpoints/999") as r:
+        assert r.status == 404
+    async with s.post(f"/v1/endpoints/{ok['id']}/rotate-secret", json={"grace_s": 60}) as r:
+        rotated = await r.json()
+        assert rotated["secret"] != ok["secret"]
+    async with s.post(f"/v1/endpoints/{ok['id']}/disable") as r:
+        assert (await r.json())["enabled"] is False
+    async with s.post(f"/v1/endpoints/{ok['id']}/enable") as r:
+        assert (await r.json())["enabled"] is True
+
+    async with s.post("/v1/events", json={"event_type": "order.paid", "payload": {"a": 1},
+                                          "event_id": "ev-api"}) as r:  # fmt: skip
+        assert r.status == 202
+        doc = await r.json()
+        assert doc["event_id"] == "ev-api" and len(doc["deliveries"]) == 2
+    async with s.post("/v1/events", json={"event_type": "order.paid"}) as r:
+        assert r.status == 400
+    await drain(db_url)
+
+    async with s.get("/v1/deliveries", params={"event_id": "ev-api"}) as r:
+        rows = await r.json()
+        assert {row["status"] for row in rows} == {"delivered", "dead_letter"}
+        assert all(len(row["attempts"]) == 1 for row in rows)
+    async with s.get("/v1/dead-letters") as r:
+        [dl] = await r.json()
+        assert dl["endpoint_id"] == dead["id"] and dl["last_status_code"] == 403
+    async with s.get("/v1/dead-letters/analyze") as r:
+        [a] = await r.json()
+        assert a["pattern"] == "status-code" and a["primary_status_code"] == 403
+    async with s.get("/v1/health") as r:
+        h = await r.json()
+        assert h["delivered_last_hour"] == 1 and h["dead_letter"] == 1
+    async with s.get("/v1/alerts") as r:
+        alerts = await r.json()
+        assert set(alerts) == {"dead_letters_rising", "oldest_pending", "slow_endpoints"}
+        assert alerts["dead_letters_rising"]["firing"] is True
+    async with s.get("/v1/endpoints/health") as r:
+        assert len(await r.json()) == 2
+    async with s.get("/metrics") as r:
+        text = await r.text()
+        assert 'dispatcher_queue_depth{status="dead_letter"} 1.0' in text
+    async with s.get("/") as r:
+        assert r.status == 200 and "dispatcher" in await r.text()
+    async with s.get("/v1/openapi.json") as r:
+        spec = await r.json()
+        assert "/v1/events" in spec["paths"]
+    async with s.post("/v1/dead-letters/replay", json={"endpoint_id": dead["id"]}) as r:
+        assert await r.json() == {"requeued": 1}
+    async with s.post("/v1/dead-letters/replay", json={}) as r:
+        assert r.status == 400
