@@ -23,7 +23,6 @@ from .errors import BadInput, DispatcherError, UnknownEndpoint
 from .metrics import CONTENT_TYPE, Metrics
 from .openapi import OPENAPI
 from .settings import Settings
-from .signing import generate_secret
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 POOL: web.AppKey[asyncpg.Pool] = web.AppKey("pool", asyncpg.Pool)
@@ -151,10 +150,13 @@ async def endpoints_list(request: web.Request) -> web.Response:
 
 
 async def endpoints_create(request: web.Request) -> web.Response:
-    spec = service.spec_from_fields(await _body(request))
+    body = await _body(request)
+    spec = service.spec_from_fields(body)
+    secret = spec.secret or service.new_secret(body.get("signature"))
+    settings = request.app[SETTINGS]
     async with request.app[POOL].acquire() as conn:
-        row = await store.add_endpoint(conn, spec, spec.secret or generate_secret())
-    return _json(store.endpoint_public(row, with_secret=True), 201)
+        row = await store.add_endpoint(conn, spec, secret, settings.secret_box())
+    return _json(store.endpoint_public(row, secret=secret), 201)
 
 
 async def endpoint_get(request: web.Request) -> web.Response:
@@ -194,9 +196,10 @@ async def endpoint_rotate(request: web.Request) -> web.Response:
     grace = body.get("grace_s", 86_400)
     if isinstance(grace, bool) or not isinstance(grace, int | float) or not 0 <= grace <= 2**31:
         raise BadInput("grace_s must be a non-negative number")
+    settings = request.app[SETTINGS]
     async with request.app[POOL].acquire() as conn:
-        row = await store.rotate_secret(conn, eid, generate_secret(), float(grace))
-    doc = store.endpoint_public(row, with_secret=True)
+        row, secret = await service.rotate_secret(conn, eid, float(grace), settings.secret_box())
+    doc = store.endpoint_public(row, secret=secret)
     doc["grace_s"] = grace
     return _json(doc)
 
@@ -213,7 +216,7 @@ async def endpoints_health(request: web.Request) -> web.Response:
 async def events_create(request: web.Request) -> web.Response:
     doc = await _body(request)
     async with request.app[POOL].acquire() as conn:
-        result = await service.enqueue_event(conn, doc)
+        result = await service.enqueue_event(conn, doc, request.app[SETTINGS].max_payload_bytes)
     return _json(result, 202)
 
 

@@ -10,16 +10,29 @@ import orjson
 from . import store
 from .errors import BadInput
 
+DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 
-def payload_text(payload: Any) -> str:
+
+def payload_text(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
     """The exact JSON text to store (and later sign and send)."""
+    text = _payload_text(payload)
+    size = len(text.encode())
+    if size > max_bytes:
+        raise BadInput(f"payload is {size} bytes, over the limit of {max_bytes}")
+    return text
+
+
+def _payload_text(payload: Any) -> str:
     if isinstance(payload, bytes | bytearray | memoryview):
         raw = bytes(payload)
         try:
             orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise BadInput(f"payload is not valid JSON: {exc}") from None
-        return raw.decode()
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:  # pragma: no cover - orjson refuses invalid UTF-8 first
+            raise BadInput("payload is not UTF-8") from None
     if isinstance(payload, str):
         try:
             orjson.loads(payload)
@@ -39,6 +52,7 @@ async def enqueue(
     event_id: str | None = None,
     *,
     endpoint_id: int | None = None,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
 ) -> list[int]:
     """Queue one event on the caller's connection; commits with the caller.
 
@@ -48,4 +62,5 @@ async def enqueue(
     """
     if not event_type:
         raise BadInput("event_type must not be empty")
-    return await store.enqueue(conn, event_type, payload_text(payload), event_id, endpoint_id)
+    text = payload_text(payload, max_payload_bytes)
+    return await store.enqueue(conn, event_type, text, event_id, endpoint_id)

@@ -20,15 +20,13 @@ from typing import Any, NoReturn
 import asyncpg
 import orjson
 
-from . import __version__, reports, store
+from . import __version__, reports, service, store
 from .api import payload_text
 from .cli_format import print_table
 from .embedded import resolve_database_url
 from .errors import BadInput, DispatcherError, OperationalError
 from .models import EndpointSpec
 from .settings import Settings
-from .signing import generate_secret, secret_key
-from .ssrf import validate_url
 
 Handler = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 
@@ -90,35 +88,25 @@ async def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _spec(args: argparse.Namespace) -> EndpointSpec:
-    validate_url(args.url)
-    if args.secret is not None:
-        secret_key(args.secret)
-        if not args.secret.startswith("whsec_"):
-            raise BadInput("secret must start with whsec_")
-    spec = EndpointSpec(
-        url=args.url,
-        secret=args.secret,
-        event_types=tuple(args.event_type) if args.event_type else ("*",),
-        rate_per_s=args.rate_per_s,
-        burst=args.burst,
-        max_in_flight=args.max_in_flight,
-        timeout_ms=args.timeout_ms,
-        max_attempts=args.max_attempts,
-        retry_base_ms=args.retry_base_ms,
-        retry_cap_ms=args.retry_cap_ms,
-        failure_threshold=args.failure_threshold,
-        cooldown_s=args.cooldown_s,
-    )
-    spec.validate()
-    return spec
+    fields: dict[str, Any] = {
+        name: getattr(args, name)
+        for name in service.SPEC_FIELDS
+        if name not in ("event_types", "headers") and getattr(args, name, None) is not None
+    }
+    if args.event_type:
+        fields["event_types"] = args.event_type
+    if args.header:
+        fields["headers"] = args.header
+    return service.spec_from_fields(fields)
 
 
 async def cmd_endpoint_add(args: argparse.Namespace, settings: Settings) -> int:
     spec = _spec(args)
 
     async def go(conn: asyncpg.Connection) -> int:
-        row = await store.add_endpoint(conn, spec, spec.secret or generate_secret())
-        doc = store.endpoint_public(row, with_secret=True)
+        secret = spec.secret or service.new_secret(args.signature)
+        row = await store.add_endpoint(conn, spec, secret, settings.secret_box())
+        doc = store.endpoint_public(row, secret=secret)
         _emit(
             args, doc, lambda: print(f"endpoint {doc['id']} {doc['url']}\nsecret {doc['secret']}")
         )
@@ -143,8 +131,12 @@ async def cmd_endpoint_rotate(args: argparse.Namespace, settings: Settings) -> i
         raise BadInput("--grace-s must not be negative")
 
     async def go(conn: asyncpg.Connection) -> int:
-        row = await store.rotate_secret(conn, args.id, generate_secret(), args.grace_s)
-        doc = store.endpoint_public(row, with_secret=True)
+        current = await store.get_endpoint(conn, args.id)
+        secret = service.new_secret("v1a" if current["secret"].startswith("whsk_") else "v1")
+        if settings.secret_key is None and current["secret"].startswith("enc:"):
+            raise OperationalError("endpoint secrets are encrypted: set DISPATCHER_SECRET_KEY")
+        row = await store.rotate_secret(conn, args.id, secret, args.grace_s, settings.secret_box())
+        doc = store.endpoint_public(row, secret=secret)
         doc["grace_s"] = args.grace_s
         _emit(args, doc, lambda: print(f"endpoint {doc['id']} new secret {doc['secret']}"))
         return 0
@@ -177,7 +169,7 @@ async def cmd_endpoint_health(args: argparse.Namespace, settings: Settings) -> i
     return await _with_conn(settings, go)
 
 
-def _read_events(path: str) -> list[tuple[str, str, str, int | None]]:
+def _read_events(path: str, max_bytes: int) -> list[tuple[str, str, str, int | None]]:
     import uuid
 
     try:
@@ -206,14 +198,12 @@ def _read_events(path: str) -> list[tuple[str, str, str, int | None]]:
             ep = doc.get("endpoint")
             if ep is not None and (not isinstance(ep, int) or isinstance(ep, bool)):
                 raise BadInput(f"{path}:{lineno}: endpoint must be an integer id")
-            events.append(
-                (
-                    eid or f"evt_{uuid.uuid4().hex}",
-                    et,
-                    orjson.dumps(doc["payload"]).decode(),
-                    ep,
+            payload = orjson.dumps(doc["payload"])
+            if len(payload) > max_bytes:
+                raise BadInput(
+                    f"{path}:{lineno}: payload is {len(payload)} bytes, over {max_bytes}"
                 )
-            )
+            events.append((eid or f"evt_{uuid.uuid4().hex}", et, payload.decode(), ep))
     return events
 
 
@@ -221,7 +211,7 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     if args.file is not None:
         if args.payload is not None or args.event_type is not None:
             raise BadInput("--file cannot be combined with --event-type/--payload")
-        events = _read_events(args.file)
+        events = _read_events(args.file, settings.max_payload_bytes)
 
         async def bulk(conn: asyncpg.Connection) -> int:
             created = await store.enqueue_bulk(conn, events)
@@ -237,7 +227,7 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
         raise BadInput("--event-type must not be empty")
     if args.event_id is not None and (not args.event_id or len(args.event_id) > 200):
         raise BadInput("--event-id must be 1..200 characters")
-    payload = payload_text(args.payload)
+    payload = payload_text(args.payload, settings.max_payload_bytes)
     import uuid
 
     event_id = args.event_id or f"evt_{uuid.uuid4().hex}"
@@ -429,7 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     add = cmd("add", cmd_endpoint_add, eps)
     add.add_argument("--url", required=True)
     add.add_argument("--secret")
-    add.add_argument("--event-type", action="append")
+    add.add_argument("--event-type", action="extend", nargs="+")
     add.add_argument("--rate-per-s", type=float)
     add.add_argument("--burst", type=int)
     add.add_argument("--max-in-flight", type=int, default=100)
@@ -439,6 +429,13 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--retry-cap-ms", type=int, default=3_600_000)
     add.add_argument("--failure-threshold", type=int, default=10)
     add.add_argument("--cooldown-s", type=float, default=300.0)
+    add.add_argument("--header", action="append", metavar="'NAME: VALUE'")
+    add.add_argument(
+        "--signature",
+        choices=("v1", "v1a"),
+        default="v1",
+        help="v1: HMAC-SHA256 (whsec_); v1a: ed25519 (whsk_; receivers verify with whpk_)",
+    )
     cmd("list", cmd_endpoint_list, eps)
     rot = cmd("rotate-secret", cmd_endpoint_rotate, eps)
     rot.add_argument("id", type=int)
@@ -474,7 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
     an = cmd("analyze", cmd_dlq_analyze, dlqs)
     an.add_argument("--hours", type=float, default=24.0)
     rp = cmd("replay", cmd_dlq_replay, dlqs)
-    rp.add_argument("--id", type=int, action="append")
+    rp.add_argument("--id", type=int, action="extend", nargs="+")
     rp.add_argument("--endpoint", type=int)
     rp.add_argument("--since")
     rp.add_argument("--until")

@@ -64,8 +64,11 @@ class Engine:
         self.url = database_url
         self.worker = worker_id or f"w-{uuid.uuid4().hex[:12]}"
         self.sender = sender or Sender(
-            allow_private=settings.allow_private_targets, body_cap=settings.response_body_cap
+            allow_private=settings.allow_private_targets,
+            allowed_networks=settings.allowed_networks,
+            body_cap=settings.response_body_cap,
         )
+        self._box = settings.secret_box()
         self._draw = random_draw
         self.metrics = metrics
         self.stats = Stats()
@@ -170,24 +173,27 @@ class Engine:
     async def _refresh_endpoints(self) -> None:
         assert self._pool is not None
         async with self._pool.acquire() as conn:
-            db_now, rows = await store.engine_endpoints(conn)
+            db_now, rows = await store.engine_endpoints(conn, self._box)
         self._db_clock_offset = db_now - time.time() if rows else 0.0
         seen = set()
         for endpoint, breaker, probe_owner, p95 in rows:
             seen.add(endpoint.id)
             gate = self._gates.get(endpoint.id)
             if gate is None:
-                wire = self.sender.wire(endpoint.url, endpoint.secrets, endpoint.timeout_ms)
-                gate = self._gates[endpoint.id] = Gate(endpoint, wire, breaker)
+                gate = self._gates[endpoint.id] = Gate(
+                    endpoint, self.sender.wire(endpoint), breaker
+                )
                 self._order.append(endpoint.id)
             elif gate.endpoint != endpoint:
+                old = gate.endpoint
                 wire = gate.wire
-                if (gate.endpoint.url, gate.endpoint.secrets, gate.endpoint.timeout_ms) != (
+                if (old.url, old.secrets, old.timeout_ms, old.headers) != (
                     endpoint.url,
                     endpoint.secrets,
                     endpoint.timeout_ms,
+                    endpoint.headers,
                 ):
-                    wire = self.sender.wire(endpoint.url, endpoint.secrets, endpoint.timeout_ms)
+                    wire = self.sender.wire(endpoint)
                 gate.reconfigure(endpoint, wire)
             gate.p95_ms = p95
             gate.breaker = breaker

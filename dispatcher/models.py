@@ -41,6 +41,7 @@ class Endpoint:
     failure_threshold: int = 10
     cooldown_s: int = 300
     enabled: bool = True
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(slots=True)
@@ -110,6 +111,7 @@ class EndpointSpec:
     retry_cap_ms: int = 3_600_000
     failure_threshold: int = 10
     cooldown_s: float = 300.0
+    headers: tuple[tuple[str, str], ...] = ()
 
     def validate(self) -> None:
         from .errors import BadInput
@@ -133,3 +135,44 @@ class EndpointSpec:
             not t or len(t) > 200 or not t.isprintable() for t in self.event_types
         ):
             raise BadInput("event types must be non-empty printable strings")
+        validate_headers(self.headers)
+
+
+# Headers a user may not set: ours (the signature would no longer match what
+# receivers verify) and the ones HTTP framing depends on.
+RESERVED_HEADERS = frozenset({
+    "webhook-id", "webhook-timestamp", "webhook-signature", "content-type", "content-length",
+    "user-agent", "host", "transfer-encoding", "connection", "te", "upgrade", "expect",
+    "keep-alive", "proxy-connection", "trailer",
+})  # fmt: skip
+_TOKEN_CHARS = frozenset(
+    "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+)
+
+
+def validate_headers(headers: tuple[tuple[str, str], ...]) -> None:
+    from .errors import BadInput
+
+    if len(headers) > 20:
+        raise BadInput("at most 20 custom headers")
+    seen = set()
+    for name, value in headers:
+        if (
+            not isinstance(name, str)
+            or not name
+            or not set(name) <= _TOKEN_CHARS
+            or len(name) > 100
+        ):
+            raise BadInput("header names must be HTTP tokens of 1..100 characters")
+        low = name.lower()
+        if low in RESERVED_HEADERS or low.startswith("webhook-"):
+            raise BadInput(f"header {name} is set by dispatcher and cannot be overridden")
+        if low in seen:
+            raise BadInput(f"header {name} is given twice")
+        seen.add(low)
+        if not isinstance(value, str) or len(value) > 2048:
+            raise BadInput(f"header {name}: value must be a string of at most 2048 characters")
+        if any(c in value for c in "\r\n\0") or not all(
+            c == "\t" or c.isprintable() for c in value
+        ):
+            raise BadInput(f"header {name}: value must not contain control characters")

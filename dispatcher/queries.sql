@@ -118,7 +118,7 @@ SELECT endpoint_id FROM won;
 -- name: engine_endpoints
 SELECT e.id, e.url, e.secret, e.event_types, e.rate_per_s, e.burst, e.max_in_flight,
        e.timeout_ms, e.max_attempts, e.retry_base_ms, e.retry_cap_ms,
-       e.failure_threshold, e.cooldown_s, e.enabled,
+       e.failure_threshold, e.cooldown_s, e.enabled, e.headers,
        coalesce(
            (SELECT array_agg(s.secret ORDER BY s.expires_at DESC) FROM endpoint_secrets s
             WHERE s.endpoint_id = e.id AND s.expires_at > now()),
@@ -131,8 +131,9 @@ ORDER BY e.id;
 
 -- name: insert_endpoint
 INSERT INTO endpoints (url, secret, event_types, rate_per_s, burst, max_in_flight, timeout_ms,
-                       max_attempts, retry_base_ms, retry_cap_ms, failure_threshold, cooldown_s)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                       max_attempts, retry_base_ms, retry_cap_ms, failure_threshold, cooldown_s,
+                       headers)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb)
 RETURNING *;
 
 -- name: list_endpoints
@@ -338,6 +339,7 @@ UPDATE endpoints SET
     retry_cap_ms = coalesce($10, retry_cap_ms),
     failure_threshold = coalesce($11, failure_threshold),
     cooldown_s = coalesce($12, cooldown_s),
+    headers = coalesce($15::jsonb, headers),
     updated_at = now()
 WHERE id = $1
 RETURNING *;

@@ -17,7 +17,7 @@ from yarl import URL
 
 from . import __version__
 from .errors import TargetRefused
-from .models import AttemptResult, Verdict
+from .models import AttemptResult, Endpoint, Verdict
 from .retry import classify_status, parse_retry_after
 from .signing import Signer
 from .ssrf import check_address, literal_address
@@ -33,8 +33,15 @@ class GuardedResolver(AbstractResolver):
     lookup for a rebinding name to change its answer in.
     """
 
-    def __init__(self, *, allow_private: bool, inner: AbstractResolver | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        allow_private: bool,
+        allowed_networks: tuple[str, ...] = (),
+        inner: AbstractResolver | None = None,
+    ) -> None:
         self._allow_private = allow_private
+        self._allowed_networks = allowed_networks
         self._inner = inner if inner is not None else DefaultResolver()
 
     async def resolve(
@@ -45,7 +52,12 @@ class GuardedResolver(AbstractResolver):
         refused: TargetRefused | None = None
         for a in answers:
             try:
-                check_address(host, a["host"], allow_private=self._allow_private)
+                check_address(
+                    host,
+                    a["host"],
+                    allow_private=self._allow_private,
+                    allowed_networks=self._allowed_networks,
+                )
             except TargetRefused as exc:
                 refused = exc
                 continue
@@ -61,10 +73,20 @@ class GuardedResolver(AbstractResolver):
 class EndpointWire:
     """Per-endpoint wire settings, built once per endpoint version."""
 
-    __slots__ = ("signer", "timeout", "timeout_ms", "url", "url_refusal")
+    __slots__ = ("extra_headers", "signer", "timeout", "timeout_ms", "url", "url_refusal")
 
-    def __init__(self, url: str, secrets: tuple[str, ...], timeout_ms: int, allow_private: bool):
+    def __init__(
+        self,
+        url: str,
+        secrets: tuple[str, ...],
+        timeout_ms: int,
+        *,
+        allow_private: bool,
+        allowed_networks: tuple[str, ...] = (),
+        headers: tuple[tuple[str, str], ...] = (),
+    ):
         self.url = url
+        self.extra_headers = dict(headers)
         self.signer = Signer(secrets)
         self.timeout_ms = timeout_ms
         self.timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000)
@@ -73,7 +95,12 @@ class EndpointWire:
         if literal_address(host) is not None:
             # aiohttp skips the resolver for IP literals: check them here.
             try:
-                check_address(host, host.strip("[]"), allow_private=allow_private)
+                check_address(
+                    host,
+                    host.strip("[]"),
+                    allow_private=allow_private,
+                    allowed_networks=allowed_networks,
+                )
             except TargetRefused as exc:
                 self.url_refusal = str(exc)
 
@@ -83,10 +110,12 @@ class Sender:
         self,
         *,
         allow_private: bool,
+        allowed_networks: tuple[str, ...] = (),
         body_cap: int = 4096,
         resolver: AbstractResolver | None = None,
     ) -> None:
         self.allow_private = allow_private
+        self.allowed_networks = allowed_networks
         self._body_cap = body_cap
         self._resolver = resolver
         self._session: aiohttp.ClientSession | None = None
@@ -98,7 +127,11 @@ class Sender:
             limit=0,
             limit_per_host=0,
             keepalive_timeout=30,
-            resolver=GuardedResolver(allow_private=self.allow_private, inner=self._resolver),
+            resolver=GuardedResolver(
+                allow_private=self.allow_private,
+                allowed_networks=self.allowed_networks,
+                inner=self._resolver,
+            ),
             ttl_dns_cache=60,
             enable_cleanup_closed=False,
         )
@@ -114,8 +147,15 @@ class Sender:
             await self._session.close()
             self._session = None
 
-    def wire(self, url: str, secrets: tuple[str, ...], timeout_ms: int) -> EndpointWire:
-        return EndpointWire(url, secrets, timeout_ms, self.allow_private)
+    def wire(self, endpoint: Endpoint) -> EndpointWire:
+        return EndpointWire(
+            endpoint.url,
+            endpoint.secrets,
+            endpoint.timeout_ms,
+            allow_private=self.allow_private,
+            allowed_networks=self.allowed_networks,
+            headers=endpoint.headers,
+        )
 
     async def post(self, wire: EndpointWire, event_id: str, body: bytes) -> AttemptResult:
         assert self._session is not None, "Sender.start() first"
@@ -129,6 +169,7 @@ class Sender:
         now = time.time()
         ts = int(now)
         headers = {
+            **wire.extra_headers,
             "content-type": "application/json",
             "user-agent": USER_AGENT,
             "webhook-id": event_id,

@@ -17,7 +17,8 @@ from . import store
 from .api import payload_text
 from .errors import BadInput
 from .models import EndpointSpec
-from .signing import SECRET_PREFIX, secret_key
+from .secretbox import SecretBox, unseal
+from .signing import generate_secret, generate_signing_key, validate_secret
 from .ssrf import validate_url
 
 _INT_FIELDS = {"burst", "max_in_flight", "timeout_ms", "max_attempts", "retry_base_ms",
@@ -46,13 +47,30 @@ def _typed(name: str, value: Any) -> Any:
         if not isinstance(value, list | tuple) or not all(isinstance(t, str) for t in value):
             raise BadInput("event_types must be a list of strings")
         value = tuple(value)
+    elif name == "headers":
+        if isinstance(value, dict):
+            value = tuple(value.items())
+        elif isinstance(value, list | tuple):
+            value = tuple(_header_line(h) if isinstance(h, str) else h for h in value)
+        else:
+            raise BadInput("headers must be an object of name: value")
+        if not all(isinstance(h, tuple) and len(h) == 2 for h in value):
+            raise BadInput("headers must be an object of name: value")
     elif name in ("url", "secret") and not isinstance(value, str):
         raise BadInput(f"{name} must be a string")
     return value
 
 
+def _header_line(line: str) -> tuple[str, str]:
+    name, sep, value = line.partition(":")
+    if not sep:
+        raise BadInput(f"header {line!r} must look like 'Name: value'")
+    return name.strip(), value.strip()
+
+
 def spec_from_fields(data: Mapping[str, Any], base: EndpointSpec | None = None) -> EndpointSpec:
     """A validated spec from user fields, over `base` (for updates) or defaults."""
+    data = {k: v for k, v in data.items() if k != "signature"}
     unknown = set(data) - SPEC_FIELDS
     if unknown:
         raise BadInput(f"unknown field: {sorted(unknown)[0]}")
@@ -64,9 +82,7 @@ def spec_from_fields(data: Mapping[str, Any], base: EndpointSpec | None = None) 
     validate_url(values["url"])
     secret = values.get("secret")
     if secret is not None:
-        if not secret.startswith(SECRET_PREFIX):
-            raise BadInput("secret must start with whsec_")
-        secret_key(secret)
+        validate_secret(secret)
     spec = EndpointSpec(**values)
     spec.validate()
     return spec
@@ -84,7 +100,9 @@ def event_id_of(value: Any) -> str:
     return value
 
 
-async def enqueue_event(conn: store.Conn, doc: Mapping[str, Any]) -> dict[str, Any]:
+async def enqueue_event(
+    conn: store.Conn, doc: Mapping[str, Any], max_payload_bytes: int = 256 * 1024
+) -> dict[str, Any]:
     """The `enqueue` semantics for one event given as a JSON-shaped document."""
     event_type = doc.get("event_type")
     if not isinstance(event_type, str) or not event_type or len(event_type) > 200:
@@ -96,7 +114,27 @@ async def enqueue_event(conn: store.Conn, doc: Mapping[str, Any]) -> dict[str, A
         raise BadInput("endpoint must be an integer id")
     # The payload arrives parsed inside the request document; its canonical
     # encoding is what gets stored, signed and sent.
-    payload = payload_text(orjson.dumps(doc["payload"]))
+    payload = payload_text(orjson.dumps(doc["payload"]), max_payload_bytes)
     event_id = event_id_of(doc.get("event_id"))
     ids = await store.enqueue(conn, event_type, payload, event_id, endpoint)
     return {"event_id": event_id, "deliveries": ids}
+
+
+def new_secret(scheme: str | None) -> str:
+    """A fresh secret: HMAC (`v1`, default) or an ed25519 signing key (`v1a`)."""
+    if scheme in (None, "v1"):
+        return generate_secret()
+    if scheme == "v1a":
+        return generate_signing_key()
+    raise BadInput("signature must be v1 (HMAC) or v1a (ed25519)")
+
+
+async def rotate_secret(
+    conn: store.Conn, endpoint_id: int, grace_s: float, box: SecretBox | None
+) -> tuple[Any, str]:
+    """A new secret of the endpoint's scheme; the old one signs alongside it for grace_s."""
+    current = await store.get_endpoint(conn, endpoint_id)
+    scheme = "v1a" if unseal(box, current["secret"]).startswith("whsk_") else "v1"
+    secret = new_secret(scheme)
+    row = await store.rotate_secret(conn, endpoint_id, secret, grace_s, box)
+    return row, secret

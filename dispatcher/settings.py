@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import BadInput
+from .secretbox import SecretBox
 
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
@@ -21,6 +22,38 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     if value < 0:
         raise BadInput(f"{name} must not be negative")
     return value
+
+
+# Fields of postback payloads that identify people or money (issue: privacy).
+SENSITIVE_FIELDS = (
+    "click_id",
+    "conversion_id",
+    "transaction_id",
+    "payout",
+    "amount",
+    "email",
+    "ip",
+)
+
+
+def _networks(raw: str) -> tuple[str, ...]:
+    import ipaddress
+
+    out = []
+    for part in raw.replace(" ", ",").split(","):
+        if not part:
+            continue
+        try:
+            out.append(str(ipaddress.ip_network(part, strict=False)))
+        except ValueError:
+            raise BadInput(f"DISPATCHER_ALLOWED_NETWORKS: {part!r} is not a network") from None
+    return tuple(out)
+
+
+def _names(raw: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
+    if raw is None:
+        return default
+    return tuple(n.strip().lower() for n in raw.split(",") if n.strip())
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -47,6 +80,11 @@ class Settings:
     latency_window_s: float = 24 * 3600.0
     percentile_refresh_s: float = 10.0
     response_body_cap: int = 4096
+    # Security and privacy.
+    secret_key: str | None = None  # DISPATCHER_SECRET_KEY: encrypts endpoint secrets at rest
+    allowed_networks: tuple[str, ...] = ()  # private networks allowed despite the SSRF guard
+    max_payload_bytes: int = 256 * 1024
+    sensitive_fields: tuple[str, ...] = SENSITIVE_FIELDS
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -63,4 +101,11 @@ class Settings:
             lease_margin_s=min(_float(env, "DISPATCHER_LEASE_MARGIN_S", 30.0), 60.0),
             latency_window_s=_float(env, "DISPATCHER_LATENCY_WINDOW_S", 24 * 3600.0),
             percentile_refresh_s=_float(env, "DISPATCHER_PERCENTILE_REFRESH_S", 10.0),
+            secret_key=env.get("DISPATCHER_SECRET_KEY") or None,
+            allowed_networks=_networks(env.get("DISPATCHER_ALLOWED_NETWORKS", "")),
+            max_payload_bytes=max(1, _int(env, "DISPATCHER_MAX_PAYLOAD_BYTES", 256 * 1024)),
+            sensitive_fields=_names(env.get("DISPATCHER_SENSITIVE_FIELDS"), SENSITIVE_FIELDS),
         )
+
+    def secret_box(self) -> SecretBox | None:
+        return SecretBox(self.secret_key) if self.secret_key else None

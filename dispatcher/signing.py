@@ -1,7 +1,11 @@
-"""Standard Webhooks signatures (v1, HMAC-SHA256) and secrets.
+"""Standard Webhooks signatures and secrets.
 
-Pure: keys in, header values out. Compatible with the public
-`standardwebhooks` and `svix` verifiers.
+v1: HMAC-SHA256 with a shared `whsec_` secret (what the public
+`standardwebhooks` and `svix` verifiers check). v1a: ed25519 with a `whsk_`
+signing key, so receivers verify with the `whpk_` public key and hold no
+secret that could forge requests.
+
+Pure: keys in, header values out.
 """
 
 from __future__ import annotations
@@ -11,9 +15,23 @@ import hashlib
 import hmac
 import secrets as _secrets
 
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+    PublicFormat,
+)
+
 from .errors import BadInput
 
 SECRET_PREFIX = "whsec_"
+SIGNING_KEY_PREFIX = "whsk_"
+PUBLIC_KEY_PREFIX = "whpk_"
 
 
 def generate_secret() -> str:
@@ -32,6 +50,47 @@ def secret_key(secret: str) -> bytes:
     return key
 
 
+def _b64(value: str, prefix: str, what: str) -> bytes:
+    try:
+        return base64.b64decode(value[len(prefix) :], validate=True)
+    except (ValueError, TypeError):
+        raise BadInput(f"{what} must be '{prefix}' followed by base64") from None
+
+
+def signing_key(secret: str) -> Ed25519PrivateKey:
+    """The ed25519 key of a `whsk_` secret (32-byte seed, or libsodium's 64 bytes)."""
+    raw = _b64(secret, SIGNING_KEY_PREFIX, "signing key")
+    if len(raw) not in (32, 64):
+        raise BadInput("signing key must decode to 32 or 64 bytes")
+    return Ed25519PrivateKey.from_private_bytes(raw[:32])
+
+
+def _raw_public(key: Ed25519PrivateKey) -> bytes:
+    return key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+
+def generate_signing_key() -> str:
+    """A new `whsk_` key in libsodium's layout (seed followed by public key)."""
+    key = Ed25519PrivateKey.generate()
+    seed = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+    return SIGNING_KEY_PREFIX + base64.b64encode(seed + _raw_public(key)).decode()
+
+
+def public_key(secret: str) -> str:
+    """The `whpk_` public key receivers verify v1a signatures with."""
+    return PUBLIC_KEY_PREFIX + base64.b64encode(_raw_public(signing_key(secret))).decode()
+
+
+def validate_secret(secret: str) -> str:
+    if secret.startswith(SECRET_PREFIX):
+        secret_key(secret)
+    elif secret.startswith(SIGNING_KEY_PREFIX):
+        signing_key(secret)
+    else:
+        raise BadInput("secret must start with whsec_ (HMAC) or whsk_ (ed25519)")
+    return secret
+
+
 class Signer:
     """Signs for one endpoint with every secret currently valid.
 
@@ -39,10 +98,15 @@ class Signer:
     the cost of a short message.
     """
 
-    __slots__ = ("_macs",)
+    __slots__ = ("_keys", "_macs")
 
     def __init__(self, secrets: tuple[str, ...]) -> None:
-        self._macs = [hmac.new(secret_key(s), digestmod=hashlib.sha256) for s in secrets]
+        self._macs = [
+            hmac.new(secret_key(s), digestmod=hashlib.sha256)
+            for s in secrets
+            if not s.startswith(SIGNING_KEY_PREFIX)
+        ]
+        self._keys = [signing_key(s) for s in secrets if s.startswith(SIGNING_KEY_PREFIX)]
 
     def signature(self, msg_id: str, timestamp: int, body: bytes) -> str:
         prefix = f"{msg_id}.{timestamp}.".encode()
@@ -52,6 +116,8 @@ class Signer:
             m.update(prefix)
             m.update(body)
             parts.append("v1," + base64.b64encode(m.digest()).decode())
+        for key in self._keys:
+            parts.append("v1a," + base64.b64encode(key.sign(prefix + body)).decode())
         return " ".join(parts)
 
 
@@ -62,10 +128,26 @@ def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
 def verify_signature(
     secrets: tuple[str, ...], msg_id: str, timestamp: int, body: bytes, header: str
 ) -> bool:
-    """True when any `v1,` entry of the header matches any of the secrets."""
-    offered = [p.split(",", 1)[1] for p in header.split() if p.startswith("v1,")]
+    """True when an entry of the header matches one of the keys: `v1,` entries
+    against `whsec_` secrets, `v1a,` entries against `whpk_` public keys."""
+    offered_v1 = [p[3:] for p in header.split() if p.startswith("v1,")]
+    offered_v1a = [p[4:] for p in header.split() if p.startswith("v1a,")]
+    message = f"{msg_id}.{timestamp}.".encode() + body
     for secret in secrets:
+        if secret.startswith(PUBLIC_KEY_PREFIX):
+            raw = _b64(secret, PUBLIC_KEY_PREFIX, "public key")
+            try:
+                key = Ed25519PublicKey.from_public_bytes(raw)
+            except ValueError:
+                raise BadInput("public key must decode to 32 bytes") from None
+            for o in offered_v1a:
+                try:
+                    key.verify(base64.b64decode(o, validate=True), message)
+                    return True
+                except (InvalidSignature, ValueError):
+                    continue
+            continue
         expected = sign(secret, msg_id, timestamp, body).split(",", 1)[1]
-        if any(hmac.compare_digest(expected, o) for o in offered):
+        if any(hmac.compare_digest(expected, o) for o in offered_v1):
             return True
     return False

@@ -48,15 +48,24 @@ def address_allowed(ip: IPAddress) -> bool:
     return True
 
 
-def check_address(host: str, address: str, *, allow_private: bool) -> None:
+def check_address(
+    host: str, address: str, *, allow_private: bool, allowed_networks: tuple[str, ...] = ()
+) -> None:
     if allow_private:
         return
     try:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
         raise TargetRefused(f"{host}: unparseable address") from None
-    if not address_allowed(ip):
-        raise TargetRefused(f"{host} resolves to a non-public address ({ip})")
+    if address_allowed(ip):
+        return
+    # The allow-list of a private deployment: exactly these networks, in the
+    # address's own family (a mapped form does not sneak through).
+    for net in allowed_networks:
+        network = ipaddress.ip_network(net)
+        if ip.version == network.version and ip in network:
+            return
+    raise TargetRefused(f"{host} resolves to a non-public address ({ip})")
 
 
 def validate_url(url: str) -> str:

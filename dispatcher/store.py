@@ -15,11 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import orjson
 from asyncpg.pool import PoolConnectionProxy
 
 from .breaker import Breaker, BreakerState
 from .errors import BadInput, OperationalError, UnknownEndpoint
 from .models import Delivery, Endpoint, EndpointSpec, Outcome
+from .secretbox import SecretBox, seal, unseal
+from .signing import SIGNING_KEY_PREFIX, public_key
 
 # What every query function takes: a plain connection or one from a pool.
 Conn = asyncpg.Connection | PoolConnectionProxy
@@ -128,11 +131,18 @@ async def require_schema(conn: Conn) -> None:
 # ---------------------------------------------------------------- endpoints
 
 
-def endpoint_from_row(row: asyncpg.Record, old_secrets: Sequence[str] = ()) -> Endpoint:
+def _headers(raw: str | None) -> tuple[tuple[str, str], ...]:
+    return tuple(orjson.loads(raw).items()) if raw else ()
+
+
+def endpoint_from_row(
+    row: asyncpg.Record, old_secrets: Sequence[str] = (), box: SecretBox | None = None
+) -> Endpoint:
     return Endpoint(
         id=row["id"],
         url=row["url"],
-        secrets=(row["secret"], *old_secrets),
+        secrets=tuple(unseal(box, s) for s in (row["secret"], *old_secrets)),
+        headers=_headers(row["headers"]),
         event_types=tuple(row["event_types"]),
         rate_per_s=row["rate_per_s"],
         burst=row["burst"],
@@ -147,20 +157,25 @@ def endpoint_from_row(row: asyncpg.Record, old_secrets: Sequence[str] = ()) -> E
     )
 
 
-def endpoint_public(row: asyncpg.Record, *, with_secret: bool = False) -> dict[str, Any]:
+def endpoint_public(row: asyncpg.Record, *, secret: str | None = None) -> dict[str, Any]:
     """An endpoint as users see it: the secret only when just created or rotated."""
     out = {k: row[k] for k in row.keys() if k != "secret"}
     out["event_types"] = list(row["event_types"])
-    if with_secret:
-        out["secret"] = row["secret"]
+    out["headers"] = dict(_headers(row["headers"]))
+    if secret is not None:
+        out["secret"] = secret
+        if secret.startswith(SIGNING_KEY_PREFIX):
+            out["public_key"] = public_key(secret)
     return out
 
 
-async def add_endpoint(conn: Conn, spec: EndpointSpec, secret: str) -> asyncpg.Record:
+async def add_endpoint(
+    conn: Conn, spec: EndpointSpec, secret: str, box: SecretBox | None = None
+) -> asyncpg.Record:
     row = await conn.fetchrow(
         Q["insert_endpoint"],
         spec.url,
-        secret,
+        seal(box, secret),
         list(spec.event_types),
         spec.rate_per_s,
         spec.burst,
@@ -171,6 +186,7 @@ async def add_endpoint(conn: Conn, spec: EndpointSpec, secret: str) -> asyncpg.R
         spec.retry_cap_ms,
         spec.failure_threshold,
         spec.cooldown_s,
+        orjson.dumps(dict(spec.headers)).decode(),
     )
     assert row is not None
     return row
@@ -199,10 +215,10 @@ async def set_enabled(
 
 
 async def rotate_secret(
-    conn: Conn, endpoint_id: int, new_secret: str, grace_s: float
+    conn: Conn, endpoint_id: int, new_secret: str, grace_s: float, box: SecretBox | None = None
 ) -> asyncpg.Record:
     async with conn.transaction():
-        row = await conn.fetchrow(Q["rotate_secret"], endpoint_id, new_secret, grace_s)
+        row = await conn.fetchrow(Q["rotate_secret"], endpoint_id, seal(box, new_secret), grace_s)
         if row is None:
             raise UnknownEndpoint(f"no endpoint with id {endpoint_id}")
         await conn.execute(Q["prune_secrets"])
@@ -210,7 +226,7 @@ async def rotate_secret(
 
 
 async def engine_endpoints(
-    conn: Conn,
+    conn: Conn, box: SecretBox | None = None
 ) -> tuple[float, list[tuple[Endpoint, Breaker, str | None, float | None]]]:
     """Every endpoint with its breaker, for the engine's cache; and the DB clock."""
     rows = await conn.fetch(Q["engine_endpoints"])
@@ -224,7 +240,8 @@ async def engine_endpoints(
             opened_at=r["opened_at"],
             cooldown_s=r["cooldown_seconds"] or r["cooldown_s"],
         )
-        out.append((endpoint_from_row(r, r["old_secrets"]), breaker, r["probe_owner"], r["p95_ms"]))
+        endpoint = endpoint_from_row(r, r["old_secrets"], box)
+        out.append((endpoint, breaker, r["probe_owner"], r["p95_ms"]))
     return db_now, out
 
 
@@ -457,6 +474,7 @@ async def update_endpoint(conn: Conn, endpoint_id: int, spec: EndpointSpec,
         pick("cooldown_s"),
         "rate_per_s" in changed,
         "burst" in changed,
+        orjson.dumps(dict(spec.headers)).decode() if "headers" in changed else None,
     )
     if row is None:
         raise UnknownEndpoint(f"no endpoint with id {endpoint_id}")
@@ -476,6 +494,7 @@ def spec_from_row(row: asyncpg.Record) -> EndpointSpec:
         retry_cap_ms=row["retry_cap_ms"],
         failure_threshold=row["failure_threshold"],
         cooldown_s=row["cooldown_s"],
+        headers=_headers(row["headers"]),
     )
 
 

@@ -14,6 +14,8 @@ CREATE TABLE endpoints (
     retry_cap_ms      integer NOT NULL DEFAULT 3600000 CHECK (retry_cap_ms >= 0),
     failure_threshold integer NOT NULL DEFAULT 10 CHECK (failure_threshold > 0),
     cooldown_s        double precision NOT NULL DEFAULT 300 CHECK (cooldown_s > 0),
+    -- Extra request headers (validated: no CR/LF, none of the signature headers).
+    headers           jsonb NOT NULL DEFAULT '{}',
     enabled           boolean NOT NULL DEFAULT true,
     disabled_reason   text,
     created_at        timestamptz NOT NULL DEFAULT now(),
@@ -150,6 +152,10 @@ BEGIN
     END IF;
     IF p_payload IS NULL THEN
         RAISE EXCEPTION 'payload must not be null' USING ERRCODE = '22023';
+    END IF;
+    IF octet_length(p_payload::text) >
+       coalesce(nullif(current_setting('dispatcher.max_payload_bytes', true), '')::int, 262144) THEN
+        RAISE EXCEPTION 'payload is over the size limit' USING ERRCODE = '22023';
     END IF;
     INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload, max_attempts)
     SELECT e.id, v_event_id, p_event_type, p_payload, e.max_attempts
