@@ -333,7 +333,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         settings = replace(settings, batch_size=args.batch_size)
     if settings.max_in_flight < 1 or settings.batch_size < 1:
         raise BadInput("--max-in-flight and --batch-size must be at least 1")
-    log.setup(os.environ.get("DISPATCHER_LOG_LEVEL", "info"))
+    log.setup(os.environ.get("DISPATCHER_LOG_LEVEL", "info"), settings.sensitive_fields)
     from .metrics import Metrics
 
     url = resolve_database_url(settings.database_url, settings.home)

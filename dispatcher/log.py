@@ -14,8 +14,19 @@ from typing import Any
 import orjson
 
 _FORBIDDEN = frozenset({"payload", "body", "secret", "secrets", "data"})
+REDACTED = "[redacted]"
 
 _logger = logging.getLogger("dispatcher")
+_sensitive: frozenset[str] = frozenset()
+
+
+def _scrub(value: Any) -> Any:
+    """Redacts sensitive keys at any depth of a logged structure."""
+    if isinstance(value, dict):
+        return {k: REDACTED if str(k).lower() in _sensitive else _scrub(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_scrub(v) for v in value]
+    return value
 
 
 class _JsonFormatter(logging.Formatter):
@@ -27,11 +38,13 @@ class _JsonFormatter(logging.Formatter):
         }
         fields = getattr(record, "fields", None)
         if fields:
-            doc.update(fields)
+            doc.update(_scrub(fields))
         return orjson.dumps(doc, default=str).decode()
 
 
-def setup(level: str = "info") -> None:
+def setup(level: str = "info", sensitive_fields: tuple[str, ...] = ()) -> None:
+    global _sensitive
+    _sensitive = frozenset(f.lower() for f in sensitive_fields)
     if any(getattr(h, "_dispatcher", False) for h in _logger.handlers):
         return
     handler = logging.StreamHandler(sys.stderr)

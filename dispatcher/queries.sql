@@ -148,14 +148,16 @@ SET enabled = $2, disabled_reason = CASE WHEN $2 THEN NULL ELSE $3 END, updated_
 WHERE id = $1
 RETURNING *;
 
+-- name: lock_secret
+SELECT secret FROM endpoints WHERE id = $1 FOR UPDATE;
+
+-- name: keep_secret
+-- The rotated-out secret keeps signing alongside the new one until expires_at.
+INSERT INTO endpoint_secrets (endpoint_id, secret, expires_at)
+VALUES ($1, $2, now() + make_interval(secs => $3))
+ON CONFLICT (endpoint_id, secret) DO UPDATE SET expires_at = excluded.expires_at;
+
 -- name: rotate_secret
-WITH old AS (
-    SELECT secret FROM endpoints WHERE id = $1 FOR UPDATE
-), keep AS (
-    INSERT INTO endpoint_secrets (endpoint_id, secret, expires_at)
-    SELECT $1, old.secret, now() + make_interval(secs => $3) FROM old WHERE $3 > 0
-    ON CONFLICT (endpoint_id, secret) DO UPDATE SET expires_at = excluded.expires_at
-)
 UPDATE endpoints SET secret = $2, updated_at = now() WHERE id = $1
 RETURNING *;
 

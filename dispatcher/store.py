@@ -218,9 +218,12 @@ async def rotate_secret(
     conn: Conn, endpoint_id: int, new_secret: str, grace_s: float, box: SecretBox | None = None
 ) -> asyncpg.Record:
     async with conn.transaction():
-        row = await conn.fetchrow(Q["rotate_secret"], endpoint_id, seal(box, new_secret), grace_s)
-        if row is None:
+        old = await conn.fetchval(Q["lock_secret"], endpoint_id)
+        if old is None:
             raise UnknownEndpoint(f"no endpoint with id {endpoint_id}")
+        if grace_s > 0:
+            await conn.execute(Q["keep_secret"], endpoint_id, old, grace_s)
+        row = await conn.fetchrow(Q["rotate_secret"], endpoint_id, seal(box, new_secret))
         await conn.execute(Q["prune_secrets"])
     return row
 

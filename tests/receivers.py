@@ -82,13 +82,16 @@ class Receiver:
         return await behaviour(self, request, body)
 
     async def start(self) -> Receiver:
+        return await self.start_on("127.0.0.1")
+
+    async def start_on(self, host: str, port: int = 0) -> Receiver:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(
             app, handle_signals=False, access_log=None, shutdown_timeout=0.1
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, host, port)
         await site.start()
         server = site._server
         assert server is not None
