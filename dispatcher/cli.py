@@ -188,15 +188,19 @@ def _read_events(path: str, max_bytes: int) -> list[tuple[str, str, str, int | N
             if not isinstance(doc, dict):
                 raise BadInput(f"{path}:{lineno}: each line must be a JSON object")
             et = doc.get("event_type")
-            if not isinstance(et, str) or not et:
-                raise BadInput(f"{path}:{lineno}: event_type must be a non-empty string")
+            if not isinstance(et, str) or not et or len(et) > 200 or not et.isprintable():
+                raise BadInput(f"{path}:{lineno}: event_type must be a string of 1..200 characters")
             if "payload" not in doc:
                 raise BadInput(f"{path}:{lineno}: payload is missing")
             eid = doc.get("event_id")
-            if eid is not None and (not isinstance(eid, str) or not eid or len(eid) > 200):
+            if eid is not None and (
+                not isinstance(eid, str) or not eid or len(eid) > 200 or not eid.isprintable()
+            ):
                 raise BadInput(f"{path}:{lineno}: event_id must be a non-empty string")
             ep = doc.get("endpoint")
-            if ep is not None and (not isinstance(ep, int) or isinstance(ep, bool)):
+            if ep is not None and (
+                not isinstance(ep, int) or isinstance(ep, bool) or not 0 < ep < 2**63
+            ):
                 raise BadInput(f"{path}:{lineno}: endpoint must be an integer id")
             payload = orjson.dumps(doc["payload"])
             if len(payload) > max_bytes:
@@ -223,10 +227,14 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.event_type is None or args.payload is None:
         raise BadInput("enqueue needs --event-type and --payload (or --file)")
-    if not args.event_type:
-        raise BadInput("--event-type must not be empty")
-    if args.event_id is not None and (not args.event_id or len(args.event_id) > 200):
-        raise BadInput("--event-id must be 1..200 characters")
+    if not args.event_type or len(args.event_type) > 200 or not args.event_type.isprintable():
+        raise BadInput("--event-type must be 1..200 printable characters")
+    if args.event_id is not None and (
+        not args.event_id or len(args.event_id) > 200 or not args.event_id.isprintable()
+    ):
+        raise BadInput("--event-id must be 1..200 printable characters")
+    if args.endpoint is not None and not 0 < args.endpoint < 2**63:
+        raise BadInput("--endpoint must be a positive id")
     payload = payload_text(args.payload, settings.max_payload_bytes)
     import uuid
 

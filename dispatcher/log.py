@@ -23,7 +23,9 @@ _sensitive: frozenset[str] = frozenset()
 def _scrub(value: Any) -> Any:
     """Redacts sensitive keys at any depth of a logged structure."""
     if isinstance(value, dict):
-        return {k: REDACTED if str(k).lower() in _sensitive else _scrub(v) for k, v in value.items()}
+        return {
+            k: REDACTED if str(k).lower() in _sensitive else _scrub(v) for k, v in value.items()
+        }
     if isinstance(value, list | tuple):
         return [_scrub(v) for v in value]
     return value

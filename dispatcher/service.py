@@ -105,16 +105,27 @@ async def enqueue_event(
 ) -> dict[str, Any]:
     """The `enqueue` semantics for one event given as a JSON-shaped document."""
     event_type = doc.get("event_type")
-    if not isinstance(event_type, str) or not event_type or len(event_type) > 200:
-        raise BadInput("event_type must be a non-empty string of at most 200 characters")
+    if (
+        not isinstance(event_type, str)
+        or not event_type
+        or len(event_type) > 200
+        or not event_type.isprintable()
+    ):
+        raise BadInput("event_type must be a printable string of 1..200 characters")
     if "payload" not in doc:
         raise BadInput("payload is required")
     endpoint = doc.get("endpoint", doc.get("endpoint_id"))
-    if endpoint is not None and (isinstance(endpoint, bool) or not isinstance(endpoint, int)):
+    if endpoint is not None and (
+        isinstance(endpoint, bool) or not isinstance(endpoint, int) or not 0 < endpoint < 2**63
+    ):
         raise BadInput("endpoint must be an integer id")
     # The payload arrives parsed inside the request document; its canonical
     # encoding is what gets stored, signed and sent.
-    payload = payload_text(orjson.dumps(doc["payload"]), max_payload_bytes)
+    try:
+        encoded = orjson.dumps(doc["payload"])
+    except TypeError as exc:
+        raise BadInput(f"payload cannot be encoded as JSON: {exc}") from None
+    payload = payload_text(encoded, max_payload_bytes)
     event_id = event_id_of(doc.get("event_id"))
     ids = await store.enqueue(conn, event_type, payload, event_id, endpoint)
     return {"event_id": event_id, "deliveries": ids}
