@@ -225,6 +225,7 @@ async def rotate_secret(
             await conn.execute(Q["keep_secret"], endpoint_id, old, grace_s)
         row = await conn.fetchrow(Q["rotate_secret"], endpoint_id, seal(box, new_secret))
         await conn.execute(Q["prune_secrets"])
+    assert row is not None  # locked above
     return row
 
 
