@@ -1,0 +1,55 @@
+"""schemathesis against the live admin API: whatever it sends, never a 500."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+from pathlib import Path
+
+import aiohttp
+
+from tests.helpers import cli_env
+
+TOKEN = "fuzz-token"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_schemathesis_finds_no_server_errors(db_url: str, tmp_path: Path) -> None:
+    port = _free_port()
+    env = cli_env(db_url, DISPATCHER_ADMIN_TOKEN=TOKEN)
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "dispatcher", "serve", "--http", f"127.0.0.1:{port}",
+        env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        async with aiohttp.ClientSession() as s:
+            for _ in range(100):
+                try:
+                    async with s.get(f"http://127.0.0.1:{port}/readyz") as r:
+                        if r.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.1)
+        st = Path(sys.executable).parent / "st"
+        proc = await asyncio.create_subprocess_exec(
+            str(st), "run", f"http://127.0.0.1:{port}/v1/openapi.json",
+            "-H", f"Authorization: Bearer {TOKEN}",
+            "--checks", "not_a_server_error",
+            "--max-examples", "25", "--seed", "1", "--workers", "2",
+            "--phases", "examples,coverage,fuzzing", "--max-failures", "5",
+            cwd=tmp_path, env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        out, _ = await asyncio.wait_for(proc.communicate(), 240)
+        assert proc.returncode == 0, out.decode()[-4000:]
+    finally:
+        server.terminate()
+        await asyncio.wait_for(server.wait(), 15)
+    assert server.returncode == 0
