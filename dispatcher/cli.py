@@ -305,6 +305,8 @@ async def cmd_dlq_replay(args: argparse.Namespace, settings: Settings) -> int:
         raise BadInput("dlq replay needs --id ID … or --endpoint ID")
     if args.id and args.endpoint is not None:
         raise BadInput("use either --id or --endpoint, not both")
+    if args.limit < 1:
+        raise BadInput("--limit must be at least 1")
     since = _time(args.since, "--since")
     until = _time(args.until, "--until")
 
@@ -312,7 +314,9 @@ async def cmd_dlq_replay(args: argparse.Namespace, settings: Settings) -> int:
         if args.id:
             n = await store.replay_ids(conn, list(args.id))
         else:
-            n = await store.replay_endpoint(conn, args.endpoint, since, until)
+            n = await store.replay_endpoint(conn, args.endpoint, since, until, args.limit)
+            if n == args.limit:
+                sys.stderr.write(f"dispatcher: replayed the cap of {n}; run again for more\n")
         _emit(args, {"requeued": n}, lambda: print(f"requeued {n} dead letter(s)"))
         return 0
 
@@ -483,6 +487,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--endpoint", type=int)
     rp.add_argument("--since")
     rp.add_argument("--until")
+    rp.add_argument("--limit", type=int, default=10_000, help="at most this many per call")
 
     demo = cmd("demo", cmd_demo, help="see it work on local receivers")
     demo.add_argument("--events", type=int, default=300)

@@ -240,7 +240,9 @@ class Engine:
             await asyncio.sleep(self.settings.percentile_refresh_s)
             try:
                 async with self._pool.acquire() as conn:
-                    await store.maintain(conn, self.settings.latency_window_s)
+                    await store.maintain(
+                        conn, self.settings.latency_window_s, self.settings.delivered_retention_s
+                    )
             except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
                 log.event("maintenance_failed", logging.WARNING, error=str(exc)[:200])
 

@@ -267,12 +267,26 @@ WHERE id = ANY($1::bigint[]) AND status = 'dead_letter'
 RETURNING id;
 
 -- name: replay_endpoint
+-- Capped: the oldest dead letters first, at most $4 per call.
 UPDATE webhook_queue
 SET status = 'pending', attempt_count = 0, next_attempt_at = now(), updated_at = now()
-WHERE endpoint_id = $1 AND status = 'dead_letter'
-  AND ($2::timestamptz IS NULL OR updated_at >= $2)
-  AND ($3::timestamptz IS NULL OR updated_at < $3)
+WHERE id IN (
+    SELECT id FROM webhook_queue
+    WHERE endpoint_id = $1 AND status = 'dead_letter'
+      AND ($2::timestamptz IS NULL OR updated_at >= $2)
+      AND ($3::timestamptz IS NULL OR updated_at < $3)
+    ORDER BY updated_at, id
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED)
 RETURNING id;
+
+-- name: prune_delivered
+-- Delivered rows past retention, a batch at a time so no lock is held long.
+DELETE FROM webhook_queue
+WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM webhook_queue
+    WHERE status = 'delivered' AND delivered_at < now() - make_interval(secs => $1)
+    LIMIT $2));
 
 -- name: notify_due
 SELECT pg_notify('dispatcher_due', '');

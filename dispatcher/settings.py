@@ -79,6 +79,7 @@ class Settings:
     # Telemetry.
     latency_window_s: float = 24 * 3600.0
     percentile_refresh_s: float = 10.0
+    delivered_retention_s: float = 7 * 24 * 3600.0
     response_body_cap: int = 4096
     # Security and privacy.
     secret_key: str | None = None  # DISPATCHER_SECRET_KEY: encrypts endpoint secrets at rest
@@ -101,6 +102,7 @@ class Settings:
             lease_margin_s=min(_float(env, "DISPATCHER_LEASE_MARGIN_S", 30.0), 60.0),
             latency_window_s=_float(env, "DISPATCHER_LATENCY_WINDOW_S", 24 * 3600.0),
             percentile_refresh_s=_float(env, "DISPATCHER_PERCENTILE_REFRESH_S", 10.0),
+            delivered_retention_s=_float(env, "DISPATCHER_RETENTION_DELIVERED_S", 7 * 24 * 3600.0),
             secret_key=env.get("DISPATCHER_SECRET_KEY") or None,
             allowed_networks=_networks(env.get("DISPATCHER_ALLOWED_NETWORKS", "")),
             max_payload_bytes=max(1, _int(env, "DISPATCHER_MAX_PAYLOAD_BYTES", 256 * 1024)),

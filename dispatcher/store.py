@@ -391,13 +391,17 @@ async def due_sendable(conn: Conn) -> bool:
 # ---------------------------------------------------------------- maintenance
 
 
-async def maintain(conn: Conn, window_s: float, batch: int = 10_000) -> bool:
+async def maintain(
+    conn: Conn, window_s: float, retention_s: float | None = None, batch: int = 10_000
+) -> bool:
     """Percentiles and pruning; one worker at a time does it. True if it ran."""
     async with conn.transaction():
         got = await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", MAINTENANCE_LOCK)
         if not got:
             return False
         await conn.execute(Q["prune_latency"], window_s, batch)
+        if retention_s is not None:
+            await conn.execute(Q["prune_delivered"], retention_s, batch)
         await conn.execute(Q["refresh_percentiles"], window_s)
         await conn.execute(Q["prune_secrets"])
     return True
@@ -441,10 +445,11 @@ async def replay_endpoint(
     endpoint_id: int,
     since: datetime | None,
     until: datetime | None,
+    limit: int = 10_000,
 ) -> int:
     await get_endpoint(conn, endpoint_id)
     async with conn.transaction():
-        rows = await conn.fetch(Q["replay_endpoint"], endpoint_id, since, until)
+        rows = await conn.fetch(Q["replay_endpoint"], endpoint_id, since, until, limit)
         if rows:
             await conn.execute(Q["notify_due"])
     return len(rows)
