@@ -34,7 +34,8 @@ async def test_percentiles_match_exact_values(conn: asyncpg.Connection) -> None:
     }
     for eid, values in samples.items():
         await conn.executemany(
-            "INSERT INTO endpoint_latency (endpoint_id, response_ms, status_code) VALUES ($1, $2, 200)",
+            "INSERT INTO endpoint_latency (endpoint_id, response_ms, status_code)"
+            " VALUES ($1, $2, 200)",
             [(eid, v) for v in values],
         )
     # Old samples outside the window must not count.
