@@ -302,6 +302,20 @@ async def health(request: web.Request) -> web.Response:
     return _json(doc)
 
 
+async def timeline(request: web.Request) -> web.Response:
+    try:
+        minutes = float(request.query.get("minutes", "15"))
+    except ValueError:
+        raise BadInput("minutes must be a number") from None
+    if not 1 <= minutes <= 24 * 60:
+        raise BadInput("minutes must be between 1 and 1440")
+    span = minutes * 60
+    bucket = max(5.0, span / 90)
+    async with request.app[POOL].acquire() as conn:
+        rows = await store.timeline(conn, span, bucket)
+    return _json({"bucket_s": bucket, "points": rows})
+
+
 async def alerts(request: web.Request) -> web.Response:
     async with request.app[POOL].acquire() as conn:
         doc = await reports.alerts(conn, request.app[SETTINGS])
@@ -336,6 +350,7 @@ def build_app(settings: Settings, pool: asyncpg.Pool, token: str,
     r.add_post("/v1/dead-letters/replay", dead_letters_replay)
     r.add_get("/v1/health", health)
     r.add_get("/v1/alerts", alerts)
+    r.add_get("/v1/timeline", timeline)
     return app
 
 
@@ -353,8 +368,8 @@ def parse_bind(value: str) -> tuple[str, int]:
     return host, n
 
 
-async def start_admin(bind: str, settings: Settings, url: str,
-                      metrics_: Metrics | None = None) -> web.AppRunner:  # fmt: skip
+async def start_admin(bind: str, settings: Settings, url: str, metrics_: Metrics | None = None,
+                      *, quiet: bool = False) -> web.AppRunner:  # fmt: skip
     host, port = parse_bind(bind)
     token = settings.admin_token
     if token is None:
@@ -375,7 +390,7 @@ async def start_admin(bind: str, settings: Settings, url: str,
     except OSError as exc:
         await runner.cleanup()
         raise BadInput(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    server: Any = site._server
-    bound = server.sockets[0].getsockname()
-    sys.stderr.write(f"dispatcher: admin API on http://{bound[0]}:{bound[1]}/\n")
+    if not quiet:
+        bound = runner.addresses[0]
+        sys.stderr.write(f"dispatcher: admin API on http://{bound[0]}:{bound[1]}/\n")
     return runner

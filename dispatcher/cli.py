@@ -392,7 +392,7 @@ async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from .demo import run_demo
 
-    code: int = await run_demo(settings, events=args.events)
+    code: int = await run_demo(settings, events=args.events, http=args.http, linger_s=args.linger_s)
     return code
 
 
@@ -491,6 +491,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = cmd("demo", cmd_demo, help="see it work on local receivers")
     demo.add_argument("--events", type=int, default=300)
+    demo.add_argument(
+        "--http",
+        default="127.0.0.1:0",
+        metavar="HOST:PORT",
+        help="where the dashboard is served during the demo",
+    )
+    demo.add_argument("--linger-s", type=float, default=0.0,
+                      help="keep the dashboard up this long after the story")  # fmt: skip
 
     bench = cmd("bench", cmd_bench, help="the benchmark harness", add_help=False)
     bench.add_argument("bench_args", nargs=argparse.REMAINDER)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import secrets
 import time
 from dataclasses import replace
 from typing import Any
@@ -21,6 +22,7 @@ import orjson
 from aiohttp import web
 
 from . import reports, store
+from .admin import start_admin
 from .cli_format import print_table
 from .embedded import resolve_database_url
 from .engine import Engine
@@ -135,11 +137,18 @@ async def _snapshot(conn: asyncpg.Connection) -> dict[str, int]:
     return {r["status"]: r["n"] for r in rows}
 
 
-async def run_demo(settings: Settings, *, events: int = 300) -> int:
+async def run_demo(
+    settings: Settings, *, events: int = 300, http: str = "127.0.0.1:0", linger_s: float = 0.0
+) -> int:
     server_url = resolve_database_url(settings.database_url, settings.home)
     url = await _fresh_database(server_url)
     receivers = DemoReceivers()
     await receivers.start()
+    token = settings.admin_token or secrets.token_urlsafe(12)
+    admin = await start_admin(http, replace(settings, admin_token=token), url, quiet=True)
+    host, port = admin.addresses[0][:2]
+    dashboard = f"http://{host}:{port}/?token={token}"
+    print(f"dashboard: {dashboard}")
     demo_settings = replace(
         settings,
         allow_private_targets=True,  # the demo's receivers are on 127.0.0.1
@@ -176,11 +185,17 @@ async def run_demo(settings: Settings, *, events: int = 300) -> int:
         engine.stop()
         await task
         await _report(conn, names, settings)
+        if linger_s > 0:
+            print(f"\nthe dashboard stays up for {linger_s:.0f} s: {dashboard}")
+            await asyncio.sleep(linger_s)
     finally:
         await conn.close()
         await receivers.stop()
-    print(f"\nthe demo's data stays in database {DEMO_DB!r}; try "
-          f"`DATABASE_URL={url} dispatcher health`")  # fmt: skip
+        await admin.cleanup()
+    print(f"\nthe demo's data stays in database {DEMO_DB!r}; look again with\n"
+          f"  DATABASE_URL='{url}' DISPATCHER_ADMIN_TOKEN={token} "
+          f"dispatcher serve --http 127.0.0.1:8080\n"
+          f"  and open http://127.0.0.1:8080/?token={token}")  # fmt: skip
     return 0
 
 

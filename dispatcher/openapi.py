@@ -159,6 +159,10 @@ OPENAPI: dict[str, Any] = {
             "requestBody": _body(_ref("Replay")),
             "responses": _ok({"type": "object", "properties": {"requeued": _INT}})}},
         "/v1/health": {"get": {"summary": "One-row pipeline summary", "responses": _ok(_ref("Health"))}},
+        "/v1/timeline": {"get": {
+            "summary": "Enqueued, delivered and dead per bucket, oldest first",
+            "parameters": [{"name": "minutes", "in": "query", "schema": {"type": "number", "minimum": 1, "maximum": 1440}}],
+            "responses": _ok({"type": "object"})}},
         "/v1/alerts": {"get": {"summary": "The three alert conditions", "responses": _ok({"type": "object"})}},
         "/v1/openapi.json": {"get": {"summary": "This document", "responses": _ok({"type": "object"})}},
     },

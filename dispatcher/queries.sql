@@ -359,3 +359,25 @@ UPDATE endpoints SET
     updated_at = now()
 WHERE id = $1
 RETURNING *;
+
+-- name: timeline
+-- Enqueued and finished (delivered / dead) per bucket over the last $1::float8 seconds.
+WITH buckets AS (
+    SELECT generate_series(0, ($1::float8 / $2::float8)::int - 1) AS i
+), created AS (
+    SELECT floor(extract(epoch FROM now() - created_at) / $2::float8)::int AS i, count(*) AS n
+    FROM webhook_queue WHERE created_at > now() - make_interval(secs => $1::float8) GROUP BY 1
+), delivered AS (
+    SELECT floor(extract(epoch FROM now() - delivered_at) / $2::float8)::int AS i, count(*) AS n
+    FROM webhook_queue
+    WHERE status = 'delivered' AND delivered_at > now() - make_interval(secs => $1::float8) GROUP BY 1
+), dead AS (
+    SELECT floor(extract(epoch FROM now() - updated_at) / $2::float8)::int AS i, count(*) AS n
+    FROM webhook_queue
+    WHERE status = 'dead_letter' AND updated_at > now() - make_interval(secs => $1::float8) GROUP BY 1
+)
+SELECT b.i AS ago, coalesce(c.n, 0) AS enqueued, coalesce(d.n, 0) AS delivered,
+       coalesce(x.n, 0) AS dead
+FROM buckets b
+LEFT JOIN created c USING (i) LEFT JOIN delivered d USING (i) LEFT JOIN dead x USING (i)
+ORDER BY b.i DESC;

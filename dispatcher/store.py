@@ -525,3 +525,7 @@ async def metrics_view(conn: Conn) -> dict[str, Any]:
 
 async def ping(conn: Conn) -> None:
     await conn.fetchval("SELECT 1")
+
+
+async def timeline(conn: Conn, span_s: float, bucket_s: float) -> list[dict[str, Any]]:
+    return [dict(r) for r in await conn.fetch(Q["timeline"], span_s, bucket_s)]

@@ -49,6 +49,7 @@ PROTECTED = [
     ("POST", "/v1/dead-letters/replay"),
     ("GET", "/v1/health"),
     ("GET", "/v1/alerts"),
+    ("GET", "/v1/timeline"),
 ]
 
 
@@ -127,6 +128,11 @@ async def test_routes_with_token(api: tuple[str, aiohttp.ClientSession], db_url:
         assert alerts["dead_letters_rising"]["firing"] is True
     async with s.get("/v1/endpoints/health") as r:
         assert len(await r.json()) == 2
+    async with s.get("/v1/timeline", params={"minutes": "5"}) as r:
+        tl = await r.json()
+        assert sum(p["enqueued"] for p in tl["points"]) == 2
+        assert sum(p["delivered"] for p in tl["points"]) == 1
+        assert sum(p["dead"] for p in tl["points"]) == 1
     async with s.get("/metrics") as r:
         text = await r.text()
         assert 'dispatcher_queue_depth{status="dead_letter"} 1.0' in text
