@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
+import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -86,6 +88,8 @@ class Engine:
         self._flush_wanted = asyncio.Event()
         self._flush_lock = asyncio.Lock()
         self._db_clock_offset = 0.0  # db_now - time.time(), for breaker decisions
+        self.workers = 1  # live workers sharing each endpoint's limits
+        self._worker_index = 0
 
     # ------------------------------------------------------------ lifecycle
 
@@ -161,6 +165,10 @@ class Engine:
                 await t
         with contextlib.suppress(Exception):
             await self._flush_all()
+        if self._pool is not None:
+            with contextlib.suppress(Exception):
+                async with self._pool.acquire() as conn:
+                    await store.leave(conn, self.worker)
         if self._listener is not None:
             await self._listener.close()
         await self.sender.close()
@@ -172,11 +180,17 @@ class Engine:
 
     async def _refresh_endpoints(self) -> None:
         assert self._pool is not None
+        live_s = max(3.0, 3 * self.settings.endpoint_refresh_s)
         async with self._pool.acquire() as conn:
+            workers = await store.heartbeat(conn, self.worker, socket.gethostname(), os.getpid(),
+                                            live_s)  # fmt: skip
             db_now, rows = await store.engine_endpoints(conn, self._box)
+        self.workers = len(workers)
+        self._worker_index = workers.index(self.worker)
         self._db_clock_offset = db_now - time.time() if rows else 0.0
+        now_mono = time.monotonic()
         seen = set()
-        for endpoint, breaker, probe_owner, p95 in rows:
+        for endpoint, breaker, probe_owner, p95, paused_for in rows:
             seen.add(endpoint.id)
             gate = self._gates.get(endpoint.id)
             if gate is None:
@@ -195,7 +209,9 @@ class Engine:
                 ):
                     wire = self.sender.wire(endpoint)
                 gate.reconfigure(endpoint, wire)
+            gate.apply_share(self.workers, self._worker_index)
             gate.p95_ms = p95
+            gate.paused_until = max(gate.paused_until, now_mono + paused_for)
             gate.breaker = breaker
             gate.probing = breaker.state is BreakerState.HALF_OPEN and probe_owner == self.worker
             if not gate.probing:
@@ -208,7 +224,7 @@ class Engine:
                 self._order.remove(gone)
 
     async def _try_probe(self, gate: Gate) -> None:
-        if gate.probing:
+        if gate.probing or gate.max_share <= 0 or not gate.endpoint.enabled:
             return
         assert self._pool is not None
         stale = gate.lease_s(self.settings.lease_margin_s)
@@ -265,9 +281,10 @@ class Engine:
         budgets: list[int] = []
         leases: list[float] = []
         margin = self.settings.lease_margin_s
+        now = time.monotonic()
         for eid in order:
             gate = self._gates[eid]
-            n = gate.budget()
+            n = gate.budget(now)
             if n > 0:
                 ids.append(eid)
                 budgets.append(min(n, limit))
@@ -325,8 +342,8 @@ class Engine:
             async with gate.sem:
                 if gate.limiter is not None and gate.sendable():
                     await gate.limiter.acquire()
-                if self._stopping or not gate.sendable():
-                    self._resolve(gate, self._release(d))
+                if self._stopping or not gate.sendable() or gate.paused_for() > 0:
+                    self._resolve(gate, self._release(d, gate.paused_for()))
                     resolved = True
                     return
                 task = asyncio.current_task()
@@ -340,12 +357,12 @@ class Engine:
                 # Cancelled (shutdown) or crashed: hand the row back unspent.
                 self._resolve(gate, self._release(d))
 
-    def _release(self, d: Delivery) -> Outcome:
+    def _release(self, d: Delivery, delay_s: float = 0.0) -> Outcome:
         return Outcome(
             delivery_id=d.id,
             endpoint_id=d.endpoint_id,
             status=Status.PENDING,
-            next_attempt_in_s=0.0,
+            next_attempt_in_s=delay_s,
             spent_attempt=False,
         )
 
@@ -370,6 +387,7 @@ class Engine:
             response_ms=r.response_ms,
             error=r.error,
             disable_endpoint=r.gone,
+            pause_s=r.retry_after_s if r.overloaded else None,
         )
 
     def _resolve(self, gate: Gate, outcome: Outcome, result: AttemptResult | None = None) -> None:
@@ -453,6 +471,10 @@ class Engine:
             if not quiet:
                 touched.append(eid)
         gone = sorted({o.endpoint_id for o in batch if o.disable_endpoint})
+        pauses: dict[int, float] = {}
+        for o in batch:
+            if o.pause_s:
+                pauses[o.endpoint_id] = max(pauses.get(o.endpoint_id, 0.0), o.pause_s)
         t0 = time.perf_counter()
         async with self._pool.acquire() as conn, conn.transaction():
             lags = await store.record_outcomes(conn, batch, self.worker)
@@ -461,6 +483,9 @@ class Engine:
                 await self._write_breakers(conn, sorted(touched), spent)
             if gone:
                 await store.disable_gone(conn, gone)
+                self.stats.statements += 1
+            if pauses:
+                await store.pause_endpoints(conn, pauses)
                 self.stats.statements += 1
         self.stats.flushes += 1
         if self.metrics is not None:

@@ -6,7 +6,7 @@ Stdlib only. Nothing here performs I/O or reads the clock.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 class Status(enum.StrEnum):
@@ -66,6 +66,7 @@ class AttemptResult:
     error: str | None = None
     retry_after_s: float | None = None
     gone: bool = False  # 410: the receiver asks us to stop
+    overloaded: bool = False  # timeout, 429 or 503: the receiver has too much
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -81,7 +82,7 @@ class Outcome:
     response_ms: int | None = None
     error: str | None = None
     disable_endpoint: bool = False
-    extra: dict[str, object] = field(default_factory=dict)
+    pause_s: float | None = None  # Retry-After: pause the whole endpoint this long
 
 
 def _positive(name: str, value: float | None, *, allow_zero: bool = False) -> None:

@@ -125,6 +125,7 @@ SELECT e.id, e.url, e.secret, e.event_types, e.rate_per_s, e.burst, e.max_in_fli
            '{}') AS old_secrets,
        h.state, h.consecutive_failures, extract(epoch FROM h.opened_at)::float8 AS opened_at,
        h.cooldown_seconds, h.probe_owner, h.p95_ms,
+       greatest(0, extract(epoch FROM h.paused_until - now()))::float8 AS paused_for_s,
        extract(epoch FROM now())::float8 AS db_now
 FROM endpoints e LEFT JOIN endpoint_health h ON h.endpoint_id = e.id
 ORDER BY e.id;
@@ -381,3 +382,25 @@ SELECT b.i AS ago, coalesce(c.n, 0) AS enqueued, coalesce(d.n, 0) AS delivered,
 FROM buckets b
 LEFT JOIN created c USING (i) LEFT JOIN delivered d USING (i) LEFT JOIN dead x USING (i)
 ORDER BY b.i DESC;
+
+-- name: heartbeat
+-- Registers this worker and returns the live ones, in a stable order.
+WITH me AS (
+    INSERT INTO dispatcher_workers (worker_id, host, pid) VALUES ($1, $2, $3)
+    ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = now()
+), gone AS (
+    DELETE FROM dispatcher_workers WHERE heartbeat_at < now() - interval '5 minutes'
+)
+SELECT worker_id FROM dispatcher_workers
+WHERE heartbeat_at > now() - make_interval(secs => $4) OR worker_id = $1
+UNION SELECT $1
+ORDER BY 1;
+
+-- name: leave
+DELETE FROM dispatcher_workers WHERE worker_id = $1;
+
+-- name: pause_endpoints
+UPDATE endpoint_health h
+SET paused_until = greatest(h.paused_until, now() + make_interval(secs => p.wait_s))
+FROM unnest($1::bigint[], $2::float8[]) AS p(endpoint_id, wait_s)
+WHERE h.endpoint_id = p.endpoint_id;

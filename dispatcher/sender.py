@@ -191,7 +191,9 @@ class Sender:
         except TargetRefused as exc:
             return self._failed(Verdict.PERMANENT, t0, f"refused target: {exc}")
         except TimeoutError:
-            return self._failed(Verdict.RETRYABLE, t0, f"timeout after {wire.timeout_ms} ms")
+            return self._failed(
+                Verdict.RETRYABLE, t0, f"timeout after {wire.timeout_ms} ms", overloaded=True
+            )
         except aiohttp.ClientConnectorError as exc:
             return self._failed(Verdict.RETRYABLE, t0, f"connection error: {exc.os_error}")
         except (aiohttp.ClientError, OSError) as exc:
@@ -208,6 +210,7 @@ class Sender:
             error=f"HTTP {status}",
             retry_after_s=wait,
             gone=status == 410,
+            overloaded=status in (429, 503),
         )
 
     async def _drain(self, resp: aiohttp.ClientResponse) -> None:
@@ -221,8 +224,14 @@ class Sender:
             left -= len(chunk)
 
     @staticmethod
-    def _failed(verdict: Verdict, t0: float, error: str) -> AttemptResult:
+    def _failed(
+        verdict: Verdict, t0: float, error: str, *, overloaded: bool = False
+    ) -> AttemptResult:
         ms = int((time.perf_counter() - t0) * 1000)
         return AttemptResult(
-            verdict=verdict, status_code=None, response_ms=ms, error=error[:MAX_ERROR_LEN]
+            verdict=verdict,
+            status_code=None,
+            response_ms=ms,
+            error=error[:MAX_ERROR_LEN],
+            overloaded=overloaded,
         )

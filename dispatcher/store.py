@@ -231,7 +231,7 @@ async def rotate_secret(
 
 async def engine_endpoints(
     conn: Conn, box: SecretBox | None = None
-) -> tuple[float, list[tuple[Endpoint, Breaker, str | None, float | None]]]:
+) -> tuple[float, list[tuple[Endpoint, Breaker, str | None, float | None, float]]]:
     """Every endpoint with its breaker, for the engine's cache; and the DB clock."""
     rows = await conn.fetch(Q["engine_endpoints"])
     out = []
@@ -245,7 +245,7 @@ async def engine_endpoints(
             cooldown_s=r["cooldown_seconds"] or r["cooldown_s"],
         )
         endpoint = endpoint_from_row(r, r["old_secrets"], box)
-        out.append((endpoint, breaker, r["probe_owner"], r["p95_ms"]))
+        out.append((endpoint, breaker, r["probe_owner"], r["p95_ms"], r["paused_for_s"] or 0.0))
     return db_now, out
 
 
@@ -529,3 +529,16 @@ async def ping(conn: Conn) -> None:
 
 async def timeline(conn: Conn, span_s: float, bucket_s: float) -> list[dict[str, Any]]:
     return [dict(r) for r in await conn.fetch(Q["timeline"], span_s, bucket_s)]
+
+
+async def heartbeat(conn: Conn, worker: str, host: str, pid: int, live_s: float) -> list[str]:
+    return [r[0] for r in await conn.fetch(Q["heartbeat"], worker, host, pid, live_s)]
+
+
+async def leave(conn: Conn, worker: str) -> None:
+    await conn.execute(Q["leave"], worker)
+
+
+async def pause_endpoints(conn: Conn, pauses: dict[int, float]) -> None:
+    ids = sorted(pauses)
+    await conn.execute(Q["pause_endpoints"], ids, [pauses[i] for i in ids])

@@ -89,6 +89,8 @@ CREATE TABLE endpoint_health (
     cooldown_seconds     double precision NOT NULL DEFAULT 300,
     probe_owner          text,
     probe_started_at     timestamptz,
+    -- Retry-After on 429/503 pauses the whole endpoint, for every worker.
+    paused_until         timestamptz,
     p50_ms               double precision,
     p95_ms               double precision,
     p99_ms               double precision,
@@ -96,6 +98,16 @@ CREATE TABLE endpoint_health (
     last_failure_at      timestamptz,
     last_success_at      timestamptz,
     updated_at           timestamptz NOT NULL DEFAULT now()
+);
+
+-- Live workers: each takes its share of every endpoint's rate and in-flight
+-- limit, so the limits hold for the endpoint as a whole.
+CREATE TABLE dispatcher_workers (
+    worker_id    text PRIMARY KEY,
+    host         text NOT NULL,
+    pid          integer NOT NULL,
+    started_at   timestamptz NOT NULL DEFAULT now(),
+    heartbeat_at timestamptz NOT NULL DEFAULT now()
 );
 
 -- Breaker transitions, kept for the story of an endpoint.

@@ -1,0 +1,71 @@
+"""Adaptive concurrency per endpoint: how many requests may be in flight now.
+
+AIMD with a slow start, driven by what the endpoint shows:
+
+- slow start: +1 per success (the limit doubles every round trip) until the
+  first sign of trouble, so a healthy endpoint reaches its configured
+  maximum within a few hundred requests;
+- then additive increase: +1/limit per success (about +1 per round trip)
+  while latency holds near its baseline;
+- multiplicative decrease: timeouts, 429 and 503 halve the limit; latency
+  over twice the baseline trims it by 10%. At most one decrease per
+  `decrease_interval_s`, so one burst of failures (all sent at the old
+  limit) counts once.
+
+A slowing endpoint therefore gets fewer parallel requests before it starts
+timing out. Pure: outcomes and the time come in, a new value goes out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+DECREASE_INTERVAL_S = 1.0
+LATENCY_TOLERANCE = 2.0
+BASELINE_WEIGHT = 0.05  # EWMA of the latency seen while healthy
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Limit:
+    limit: float
+    max_limit: int
+    slow_start: bool = True
+    baseline_ms: float | None = None
+    last_decrease_at: float = float("-inf")
+
+    @property
+    def current(self) -> int:
+        return max(1, min(self.max_limit, int(self.limit)))
+
+
+def initial(max_limit: int) -> Limit:
+    return Limit(limit=float(min(max_limit, 4)), max_limit=max_limit)
+
+
+def resize(s: Limit, max_limit: int) -> Limit:
+    return replace(s, max_limit=max_limit, limit=min(s.limit, float(max_limit)))
+
+
+def _decrease(s: Limit, factor: float, now: float) -> Limit:
+    if now - s.last_decrease_at < DECREASE_INTERVAL_S:
+        return s
+    return replace(s, limit=max(1.0, s.limit * factor), slow_start=False, last_decrease_at=now)
+
+
+def on_success(s: Limit, latency_ms: float, now: float) -> Limit:
+    base = s.baseline_ms
+    if base is not None and latency_ms > LATENCY_TOLERANCE * base and latency_ms > base + 50:
+        return _decrease(s, 0.9, now)
+    base = latency_ms if base is None else base + BASELINE_WEIGHT * (latency_ms - base)
+    step = 1.0 if s.slow_start else 1.0 / max(s.limit, 1.0)
+    return replace(s, limit=min(float(s.max_limit), s.limit + step), baseline_ms=base)
+
+
+def on_overload(s: Limit, now: float) -> Limit:
+    """A timeout, 429 or 503: the endpoint says it has too much."""
+    return _decrease(s, 0.5, now)
+
+
+def on_other_failure(s: Limit) -> Limit:
+    """Errors that say nothing about load (4xx, refused connections) leave it."""
+    return s
