@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 import asyncpg
 
-from . import log, store
+from . import concurrency, log, store
 from .breaker import Breaker, BreakerState, effective_threshold, on_failure, on_success, probe_due
 from .gate import Gate
 from .listener import Listener
@@ -213,6 +213,9 @@ class Engine:
             gate.p95_ms = p95
             gate.paused_until = max(gate.paused_until, now_mono + paused_for)
             gate.breaker = breaker
+            gate.db_clean = (
+                breaker.state is BreakerState.CLOSED and breaker.consecutive_failures == 0
+            )
             gate.probing = breaker.state is BreakerState.HALF_OPEN and probe_owner == self.worker
             if not gate.probing:
                 gate.probe_sent = False
@@ -343,15 +346,16 @@ class Engine:
                 if gate.limiter is not None and gate.sendable():
                     await gate.limiter.acquire()
                 if self._stopping or not gate.sendable() or gate.paused_for() > 0:
-                    self._resolve(gate, self._release(d, gate.paused_for()))
                     resolved = True
+                    self._resolve(gate, self._release(d, gate.paused_for()))
                     return
                 task = asyncio.current_task()
                 assert task is not None
                 self._started.add(task)
                 result = await self.sender.post(gate.wire, d.event_id, d.body)
-            self._resolve(gate, self._decide(gate, d, result), result)
+            outcome = self._decide(gate, d, result)
             resolved = True
+            self._resolve(gate, outcome, result)
         finally:
             if not resolved:
                 # Cancelled (shutdown) or crashed: hand the row back unspent.
@@ -391,8 +395,10 @@ class Engine:
         )
 
     def _resolve(self, gate: Gate, outcome: Outcome, result: AttemptResult | None = None) -> None:
+        # Bookkeeping first: it cannot fail, so a row is resolved exactly once.
         gate.claimed -= 1
         self._inflight -= 1
+        self._buffer.append(outcome)
         st = self.stats
         if outcome.status is Status.DELIVERED:
             st.delivered += 1
@@ -402,24 +408,31 @@ class Engine:
             st.dead += 1
         else:
             st.released += 1
-        if result is not None:
-            # The local view of the breaker, so this process stops sending at
-            # once; the flush makes the authoritative transition.
-            now = time.time() + self._db_clock_offset
-            if result.verdict is Verdict.SUCCESS:
-                gate.breaker = on_success(
-                    gate.breaker, now, base_cooldown_s=gate.endpoint.cooldown_s
-                )
-            else:
-                gate.breaker = on_failure(gate.breaker, now, threshold=self._threshold(gate))
-            if outcome.disable_endpoint:
-                gate.endpoint = _disabled(gate.endpoint)
-        self._buffer.append(outcome)
         if len(self._buffer) >= self.settings.flush_size or len(self._buffer) == 1:
             self._flush_wanted.set()
         self._since_claim += 1
         if self._since_claim >= self._claim_threshold() or self._inflight == 0:
             self._wake.set()
+        if result is not None:
+            self._observe(gate, outcome, result)
+
+    def _observe(self, gate: Gate, outcome: Outcome, result: AttemptResult) -> None:
+        """What this process learns from an attempt, before the flush makes it durable:
+        its view of the breaker (so it stops sending at once), the adaptive
+        limit, a Retry-After pause, a 410."""
+        now = time.time() + self._db_clock_offset
+        mono = time.monotonic()
+        if result.verdict is Verdict.SUCCESS:
+            gate.breaker = on_success(gate.breaker, now, base_cooldown_s=gate.endpoint.cooldown_s)
+            gate.adaptive = concurrency.on_success(gate.adaptive, result.response_ms, mono)
+        else:
+            gate.breaker = on_failure(gate.breaker, now, threshold=self._threshold(gate))
+            if result.overloaded:
+                gate.adaptive = concurrency.on_overload(gate.adaptive, mono)
+        if outcome.pause_s:
+            gate.paused_until = max(gate.paused_until, mono + outcome.pause_s)
+        if outcome.disable_endpoint:
+            gate.endpoint = _disabled(gate.endpoint)
 
     def _threshold(self, gate: Gate) -> int:
         return effective_threshold(gate.endpoint.failure_threshold, gate.p95_ms)
@@ -461,10 +474,11 @@ class Engine:
         touched = []
         for eid, outs in spent.items():
             gate = self._gates.get(eid)
+            # Skip the health write only when the stored breaker is already
+            # closed and clean (the local view runs ahead of the database).
             quiet = (
                 gate is not None
-                and gate.breaker.state is BreakerState.CLOSED
-                and gate.breaker.consecutive_failures == 0
+                and gate.db_clean
                 and all(o.status is Status.DELIVERED for o in outs)
                 and now_mono - gate.success_written_at < 1.0
             )
@@ -533,6 +547,7 @@ class Engine:
             new[eid] = (b, threshold)
             if gate is not None:
                 gate.breaker = b
+                gate.db_clean = b.state is BreakerState.CLOSED and b.consecutive_failures == 0
                 if b.state is not BreakerState.HALF_OPEN:
                     gate.probing = False
                     gate.probe_sent = False

@@ -42,6 +42,7 @@ class Gate:
         "adaptive",
         "breaker",
         "claimed",
+        "db_clean",
         "endpoint",
         "limiter",
         "max_share",
@@ -70,6 +71,7 @@ class Gate:
         self.p95_ms: float | None = None
         self.paused_until = 0.0  # monotonic; Retry-After pauses the endpoint
         self.success_written_at = 0.0
+        self.db_clean = False  # the stored breaker is closed with no failures
 
     def reconfigure(self, endpoint: Endpoint, wire: EndpointWire) -> None:
         old = self.endpoint

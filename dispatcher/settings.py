@@ -99,6 +99,7 @@ class Settings:
             batch_size=max(1, _int(env, "DISPATCHER_BATCH_SIZE", 500)),
             poll_interval_s=_float(env, "DISPATCHER_POLL_INTERVAL_S", 1.0),
             grace_s=_float(env, "DISPATCHER_GRACE_S", 25.0),
+            endpoint_refresh_s=max(0.05, _float(env, "DISPATCHER_REFRESH_S", 1.0)),
             lease_margin_s=min(_float(env, "DISPATCHER_LEASE_MARGIN_S", 30.0), 60.0),
             latency_window_s=_float(env, "DISPATCHER_LATENCY_WINDOW_S", 24 * 3600.0),
             percentile_refresh_s=_float(env, "DISPATCHER_PERCENTILE_REFRESH_S", 10.0),

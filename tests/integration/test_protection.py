@@ -1,0 +1,162 @@
+"""Endpoint protection across workers: shared rate limits, one probe, pauses, adaptivity."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import asyncpg
+from aiohttp import web
+
+from dispatcher import store
+from tests.helpers import add_endpoint, cli_env, drain, engine, statuses
+from tests.receivers import Receiver, delay, sequence, status
+
+WORKER_ENV = {"DISPATCHER_REFRESH_S": "0.2", "DISPATCHER_POLL_INTERVAL_S": "0.2",
+              "DISPATCHER_LEASE_MARGIN_S": "1"}  # fmt: skip
+
+
+async def _workers(db_url: str, n: int, *args: str) -> list[asyncio.subprocess.Process]:
+    return [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "dispatcher",
+            "run",
+            *args,
+            env=cli_env(db_url, **WORKER_ENV),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        for _ in range(n)
+    ]
+
+
+async def _measured_rate(db_url: str, conn: asyncpg.Connection, receiver: Receiver,
+                         workers: int) -> float:  # fmt: skip
+    rate = 40.0
+    await add_endpoint(conn, receiver.url("/limited"), rate_per_s=rate, burst=1)
+    await store.enqueue_bulk(conn, [(f"r{i}", "t", "{}", None) for i in range(200)])
+    procs = await _workers(db_url, workers, "--drain")
+    codes = await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)), 60)
+    assert codes == [0] * workers
+    assert await statuses(conn) == {"delivered": 200}
+    times = sorted(r.at for r in receiver.received)
+    # Skip the first second: workers are still discovering each other.
+    steady = [t for t in times if t >= times[0] + 1.0]
+    return (len(steady) - 1) / (steady[-1] - steady[0])
+
+
+async def test_rate_limit_one_worker(db_url: str, conn: asyncpg.Connection,
+                                     receiver: Receiver) -> None:  # fmt: skip
+    measured = await _measured_rate(db_url, conn, receiver, 1)
+    assert 0.85 * 40 <= measured <= 1.1 * 40, measured
+
+
+async def test_rate_limit_holds_for_the_endpoint_with_two_workers(
+    db_url: str, conn: asyncpg.Connection, receiver: Receiver
+) -> None:
+    measured = await _measured_rate(db_url, conn, receiver, 2)
+    assert 0.85 * 40 <= measured <= 1.1 * 40, measured
+
+
+async def test_exactly_one_probe_across_two_workers(
+    db_url: str, conn: asyncpg.Connection, receiver: Receiver
+) -> None:
+    receiver.routes["/down"] = status(500)
+    eid, _ = await add_endpoint(conn, receiver.url("/down"), cooldown_s=60, max_attempts=50)
+    await store.enqueue_bulk(conn, [(f"p{i}", "t", "{}", None) for i in range(20)])
+    await conn.execute(
+        "UPDATE endpoint_health SET state='open', consecutive_failures=10,"
+        " opened_at = now() - interval '61 seconds', cooldown_seconds = 60"
+    )
+    procs = await _workers(db_url, 2, "--drain")
+    codes = await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)), 60)
+    assert codes == [0, 0]
+    assert len(receiver.received) == 1
+    h = await conn.fetchrow("SELECT * FROM endpoint_health WHERE endpoint_id=$1", eid)
+    assert h["state"] == "open" and h["cooldown_seconds"] == 120
+    moves = [(t["from_state"], t["to_state"]) for t in
+             await conn.fetch("SELECT * FROM breaker_transitions ORDER BY at")]  # fmt: skip
+    assert moves == [("open", "half_open"), ("half_open", "open")]
+    assert await conn.fetchval("SELECT sum(attempt_count) FROM webhook_queue") == 1
+
+
+async def test_breaker_reopens_with_doubled_cooldown_then_closes(
+    db_url: str, conn: asyncpg.Connection, receiver: Receiver
+) -> None:
+    receiver.routes["/rec"] = sequence(500, 500, 500)
+    eid, _ = await add_endpoint(conn, receiver.url("/rec"), failure_threshold=2,
+                                max_in_flight=1, retry_base_ms=0, retry_cap_ms=0,
+                                max_attempts=50, cooldown_s=0.3)  # fmt: skip
+    for i in range(5):
+        await store.enqueue_bulk(conn, [(f"c{i}", "t", "{}", None)])
+    e = engine(db_url)
+    task = asyncio.create_task(e.run())
+    try:
+        for _ in range(200):
+            if (await statuses(conn)).get("delivered") == 5:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        e.stop()
+        await asyncio.wait_for(task, 10)
+    assert await statuses(conn) == {"delivered": 5}
+    rows = await conn.fetch("SELECT * FROM breaker_transitions ORDER BY at")
+    assert [(t["from_state"], t["to_state"]) for t in rows] == [
+        ("closed", "open"), ("open", "half_open"), ("half_open", "open"),
+        ("open", "half_open"), ("half_open", "closed"),
+    ]  # fmt: skip
+    assert [t["cooldown_seconds"] for t in rows][:3] == [0.3, 0.3, 0.6]
+    h = await conn.fetchrow("SELECT * FROM endpoint_health WHERE endpoint_id=$1", eid)
+    assert h["state"] == "closed" and h["cooldown_seconds"] == 0.3
+
+
+async def test_retry_after_pauses_the_whole_endpoint(
+    db_url: str, conn: asyncpg.Connection, receiver: Receiver
+) -> None:
+    calls = 0
+
+    async def busy_once(_: Receiver, __: web.Request, ___: bytes) -> web.StreamResponse:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return web.Response(status=429, headers={"Retry-After": "2"})
+        return web.Response(status=200)
+
+    receiver.routes["/busy"] = busy_once
+    await add_endpoint(conn, receiver.url("/busy"), max_in_flight=1, retry_base_ms=0)
+    await store.enqueue_bulk(conn, [(f"b{i}", "t", "{}", None) for i in range(5)])
+    e = engine(db_url)
+    task = asyncio.create_task(e.run())
+    try:
+        for _ in range(200):
+            if (await statuses(conn)).get("delivered") == 5:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        e.stop()
+        await asyncio.wait_for(task, 10)
+    times = [r.at for r in receiver.received]
+    assert len(times) == 6
+    assert times[1] - times[0] >= 1.9  # nothing reached it during the pause
+    assert await conn.fetchval("SELECT max(attempt_count) FROM webhook_queue") == 2
+
+
+async def test_slowing_endpoint_gets_fewer_parallel_requests(
+    db_url: str, conn: asyncpg.Connection, receiver: Receiver
+) -> None:
+    receiver.routes["/slow"] = delay(1.0)
+    await add_endpoint(conn, receiver.url("/slow"), max_in_flight=50, timeout_ms=200,
+                       retry_base_ms=0, retry_cap_ms=0, max_attempts=2,
+                       failure_threshold=1000)  # fmt: skip
+    await store.enqueue_bulk(conn, [(f"s{i}", "t", "{}", None) for i in range(20)])
+    await drain(db_url, timeout=60)
+    # Requests started within one timeout of each other were in flight together.
+    # Without adaptation 50 would start at once; AIMD starts small and halves
+    # on each round of timeouts.
+    starts = sorted(r.at for r in receiver.received)
+    together = max(sum(1 for t in starts if s <= t < s + 0.15) for s in starts)
+    assert together <= 4, together
+    assert len(starts) == 40
+    assert await statuses(conn) == {"dead_letter": 20}
