@@ -27,7 +27,7 @@ async def _workers(db_url: str, n: int, *args: str) -> list[asyncio.subprocess.P
             env=cli_env(db_url, **WORKER_ENV),
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
-        )  # fmt: skip
+        )
         for _ in range(n)
     ]
 
