@@ -30,7 +30,8 @@ async def test_story_through_the_cli(db_url: str, receiver: Receiver, tmp_path: 
     ok = json.loads(out)
     assert ok["secret"].startswith("whsec_") and isinstance(ok["id"], int)
     code, out, _ = await cli(db_url, "endpoint", "add", "--url", receiver.url("/broken"),
-                             "--max-attempts", "2", "--failure-threshold", "60", "--json")  # fmt: skip
+                             "--max-attempts", "2", "--failure-threshold", "60",
+                             "--json")  # fmt: skip
     broken = json.loads(out)
     code, out, _ = await cli(db_url, "endpoint", "list", "--json")
     listed = json.loads(out)
