@@ -10,6 +10,7 @@ __version__ = "0.1.0"
 
 from .api import enqueue
 from .errors import BadInput, DispatcherError, OperationalError, TargetRefused, UnknownEndpoint
+from .receiver import VerificationError, claim_once, verify, verify_request, webhook_middleware
 
 __all__ = [
     "BadInput",
@@ -17,6 +18,11 @@ __all__ = [
     "OperationalError",
     "TargetRefused",
     "UnknownEndpoint",
+    "VerificationError",
     "__version__",
+    "claim_once",
     "enqueue",
+    "verify",
+    "verify_request",
+    "webhook_middleware",
 ]

@@ -60,7 +60,9 @@ async def enqueue(
     orjson encodes. Returns the delivery ids (the existing ones when the event
     id was already queued).
     """
-    if not event_type:
-        raise BadInput("event_type must not be empty")
+    if not event_type or len(event_type) > 200 or not event_type.isprintable():
+        raise BadInput("event_type must be 1..200 printable characters")
+    if event_id is not None and (not event_id or len(event_id) > 200 or not event_id.isprintable()):
+        raise BadInput("event_id must be 1..200 printable characters")
     text = payload_text(payload, max_payload_bytes)
     return await store.enqueue(conn, event_type, text, event_id, endpoint_id)

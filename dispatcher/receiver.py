@@ -34,9 +34,11 @@ import asyncpg
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from asyncpg.pool import PoolConnectionProxy
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from .errors import BadInput
-from .signing import secret_key
+from .signing import PUBLIC_KEY_PREFIX, secret_key
 
 __all__ = [
     "DEFAULT_TABLE",
@@ -82,8 +84,11 @@ class VerificationError(Exception):
     """
 
 
-def _keyed_macs(secrets: str | Sequence[str]) -> tuple[hmac.HMAC, ...]:
-    """One keyed HMAC per secret, built once and copied per request.
+def _keys(
+    secrets: str | Sequence[str],
+) -> tuple[tuple[hmac.HMAC, ...], tuple[Ed25519PublicKey, ...]]:
+    """One keyed HMAC per `whsec_` secret (built once, copied per request), and
+    one ed25519 public key per `whpk_` key (v1a signatures).
 
     A bad secret is a configuration mistake, not a bad request, so it raises
     ValueError: answering 401 forever would hide it behind endless retries.
@@ -92,15 +97,23 @@ def _keyed_macs(secrets: str | Sequence[str]) -> tuple[hmac.HMAC, ...]:
     if not items:
         raise ValueError("at least one webhook secret is required")
     macs = []
+    public = []
     for n, secret in enumerate(items, 1):
         if not isinstance(secret, str):
             raise ValueError(f"webhook secret #{n} must be a string")
+        if secret.startswith(PUBLIC_KEY_PREFIX):
+            try:
+                raw = base64.b64decode(secret[len(PUBLIC_KEY_PREFIX) :], validate=True)
+                public.append(Ed25519PublicKey.from_public_bytes(raw))
+            except ValueError:
+                raise ValueError(f"webhook secret #{n}: not a whpk_ ed25519 public key") from None
+            continue
         try:
             key = secret_key(secret)
         except BadInput as exc:  # its message never includes the secret
             raise ValueError(f"webhook secret #{n}: {exc}") from None
         macs.append(hmac.new(key, digestmod=hashlib.sha256))
-    return tuple(macs)
+    return tuple(macs), tuple(public)
 
 
 def _lookup(headers: Mapping[str, str]) -> tuple[str, str, str]:
@@ -133,28 +146,32 @@ def _lookup(headers: Mapping[str, str]) -> tuple[str, str, str]:
     raise VerificationError(f"missing {', '.join(missing)} header{plural}")
 
 
-def _offered_signatures(header: str) -> list[bytes]:
-    """The decodable `v1,` entries; other versions are skipped, as the spec asks.
+def _offered_signatures(header: str) -> tuple[list[bytes], list[bytes]]:
+    """The decodable `v1,` (HMAC) and `v1a,` (ed25519) entries; other versions
+    are skipped, as the spec asks.
 
     Entries are compared as decoded bytes: hmac.compare_digest refuses str
     with non-ASCII characters, and a header is attacker-controlled text.
     """
-    offered: list[bytes] = []
-    saw_v1 = False
+    v1: list[bytes] = []
+    v1a: list[bytes] = []
+    saw = False
     for entry in header.split():
         version, comma, value = entry.partition(",")
-        if version != "v1" or not comma:
+        if version not in ("v1", "v1a") or not comma:
             continue
-        saw_v1 = True
+        saw = True
         try:
             raw = base64.b64decode(value, validate=True)
         except ValueError:  # binascii.Error, or non-ASCII text
             continue
-        if len(raw) == _DIGEST_SIZE:
-            offered.append(raw)
-    if not saw_v1:
-        raise VerificationError("no v1 signature in the signature header")
-    return offered
+        if version == "v1" and len(raw) == _DIGEST_SIZE:
+            v1.append(raw)
+        elif version == "v1a" and len(raw) == 64:
+            v1a.append(raw)
+    if not saw:
+        raise VerificationError("no v1 or v1a signature in the signature header")
+    return v1, v1a
 
 
 class Verifier:
@@ -165,7 +182,7 @@ class Verifier:
     keyed once.
     """
 
-    __slots__ = ("_macs", "tolerance_s")
+    __slots__ = ("_macs", "_public", "tolerance_s")
 
     def __init__(
         self, secrets: str | Sequence[str], tolerance_s: int = DEFAULT_TOLERANCE_S
@@ -174,7 +191,7 @@ class Verifier:
             raise ValueError("tolerance_s must be a number of seconds")
         if tolerance_s < 0:
             raise ValueError("tolerance_s must not be negative")
-        self._macs = _keyed_macs(secrets)
+        self._macs, self._public = _keys(secrets)
         self.tolerance_s = tolerance_s
 
     def verify(self, body: bytes, headers: Mapping[str, str], *, now: float | None = None) -> str:
@@ -199,7 +216,7 @@ class Verifier:
             prefix = f"{msg_id}.{timestamp}.".encode()
         except UnicodeEncodeError:  # lone surrogates from a mis-decoded header
             raise VerificationError("webhook id is not valid text") from None
-        offered = _offered_signatures(signature)
+        offered, offered_v1a = _offered_signatures(signature)
         matched = False
         for mac in self._macs:
             m = mac.copy()
@@ -210,6 +227,14 @@ class Verifier:
                 # No early exit: the time taken does not depend on which
                 # entry (or which secret) matched.
                 matched |= hmac.compare_digest(expected, candidate)
+        message = prefix + bytes(body)
+        for key in self._public:
+            for candidate in offered_v1a:
+                try:
+                    key.verify(candidate, message)
+                    matched = True
+                except InvalidSignature:
+                    pass
         if not matched:
             raise VerificationError("no matching signature")
         return msg_id

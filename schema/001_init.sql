@@ -159,8 +159,11 @@ DECLARE
     v_event_id text := coalesce(p_event_id, 'evt_' || replace(gen_random_uuid()::text, '-', ''));
     v_ids bigint[];
 BEGIN
-    IF p_event_type IS NULL OR p_event_type = '' THEN
-        RAISE EXCEPTION 'event_type must not be empty' USING ERRCODE = '22023';
+    IF p_event_type IS NULL OR p_event_type = '' OR length(p_event_type) > 200 THEN
+        RAISE EXCEPTION 'event_type must be 1..200 characters' USING ERRCODE = '22023';
+    END IF;
+    IF length(v_event_id) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION 'event_id must be 1..200 characters' USING ERRCODE = '22023';
     END IF;
     IF p_payload IS NULL THEN
         RAISE EXCEPTION 'payload must not be null' USING ERRCODE = '22023';
