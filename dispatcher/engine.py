@@ -27,6 +27,7 @@ import asyncpg
 from . import concurrency, log, store
 from .breaker import Breaker, BreakerState, effective_threshold, on_failure, on_success, probe_due
 from .gate import Gate
+from .errors import OperationalError
 from .listener import Listener
 from .metrics import Metrics
 from .models import AttemptResult, Delivery, Endpoint, Outcome, Status, Verdict
@@ -36,6 +37,8 @@ from .settings import Settings
 
 # How long a flush failure waits before trying again; outcomes stay buffered.
 FLUSH_RETRY_S = 1.0
+# `run --drain` gives up when the database stays unreachable this long.
+DRAIN_GIVE_UP_S = 30.0
 
 
 @dataclass(slots=True)
@@ -88,6 +91,8 @@ class Engine:
         self._flush_wanted = asyncio.Event()
         self._flush_lock = asyncio.Lock()
         self._db_clock_offset = 0.0  # db_now - time.time(), for breaker decisions
+        self._drain = False
+        self._failing_since = 0.0
         self.workers = 1  # live workers sharing each endpoint's limits
         self._worker_index = 0
 
@@ -99,6 +104,7 @@ class Engine:
         self._wake.set()
 
     async def run(self, *, drain: bool = False) -> None:
+        self._drain = drain
         self._pool = await store.create_pool(self.url, size=4)
         background: list[asyncio.Task[None]] = []
         try:
@@ -308,8 +314,16 @@ class Engine:
                 )
         except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
             log.event("claim_failed", logging.WARNING, error=str(exc)[:200])
+            now = time.monotonic()
+            self._failing_since = self._failing_since or now
+            if self._drain and now - self._failing_since > DRAIN_GIVE_UP_S:
+                # A batch job should fail loudly, not wait forever for a database.
+                raise OperationalError(
+                    f"database unavailable for {DRAIN_GIVE_UP_S:.0f} s"
+                ) from None
             await asyncio.sleep(FLUSH_RETRY_S)
             return 0, False
+        self._failing_since = 0.0
         self.stats.claims += 1
         self.stats.statements += 1
         if self.metrics is not None:

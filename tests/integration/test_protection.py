@@ -32,13 +32,23 @@ async def _workers(db_url: str, n: int, *args: str) -> list[asyncio.subprocess.P
     ]
 
 
+async def _wait_all(procs: list[asyncio.subprocess.Process], timeout: float = 60) -> list[int]:
+    try:
+        return list(await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)), timeout))
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.kill()
+                await p.wait()
+
+
 async def _measured_rate(db_url: str, conn: asyncpg.Connection, receiver: Receiver,
                          workers: int) -> float:  # fmt: skip
     rate = 40.0
     await add_endpoint(conn, receiver.url("/limited"), rate_per_s=rate, burst=1)
     await store.enqueue_bulk(conn, [(f"r{i}", "t", "{}", None) for i in range(200)])
     procs = await _workers(db_url, workers, "--drain")
-    codes = await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)), 60)
+    codes = await _wait_all(procs)
     assert codes == [0] * workers
     assert await statuses(conn) == {"delivered": 200}
     times = sorted(r.at for r in receiver.received)
@@ -71,7 +81,7 @@ async def test_exactly_one_probe_across_two_workers(
         " opened_at = now() - interval '61 seconds', cooldown_seconds = 60"
     )
     procs = await _workers(db_url, 2, "--drain")
-    codes = await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)), 60)
+    codes = await _wait_all(procs)
     assert codes == [0, 0]
     assert len(receiver.received) == 1
     h = await conn.fetchrow("SELECT * FROM endpoint_health WHERE endpoint_id=$1", eid)

@@ -113,7 +113,12 @@ async def test_two_workers_send_each_event_once(
     await add_endpoint(conn, receiver.url("/ok2"), max_in_flight=50)
     await _bulk(conn, 1500)
     procs = [await _worker(db_url, "--drain") for _ in range(2)]
-    codes = await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)), 90)
+    try:
+        codes = await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)), 90)
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.kill()
     assert codes == [0, 0]
     assert await statuses(conn) == {"delivered": 3000}
     per_path = Counter((r.path, r.headers["webhook-id"]) for r in receiver.received)
