@@ -26,8 +26,8 @@ import asyncpg
 
 from . import concurrency, log, store
 from .breaker import Breaker, BreakerState, effective_threshold, on_failure, on_success, probe_due
-from .gate import Gate
 from .errors import OperationalError
+from .gate import Gate
 from .listener import Listener
 from .metrics import Metrics
 from .models import AttemptResult, Delivery, Endpoint, Outcome, Status, Verdict
