@@ -398,7 +398,11 @@ async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     import importlib
+    from pathlib import Path
 
+    # The harness lives in the checkout, not in the installed package.
+    if (Path.cwd() / "benchmarks" / "harness.py").is_file() and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
     try:
         bench_main = importlib.import_module("benchmarks.harness").main
     except ImportError:
@@ -507,7 +511,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        # Everything after `bench` belongs to the harness, flags included.
+        args = argparse.Namespace(handler=cmd_bench, bench_args=argv[1:])
+    else:
+        args = parser.parse_args(argv)
     try:
         settings = Settings.from_env()
         code = _run(args.handler(args, settings))

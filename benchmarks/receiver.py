@@ -1,0 +1,386 @@
+"""A minimal, fast HTTP/1.1 webhook receiver for the benchmarks.
+
+    python -m benchmarks.receiver --port P [--latency-ms N] [--status 200]
+
+Raw asyncio Protocols on uvloop (aiohttp.web would be the bottleneck, not the
+dispatcher). Keep-alive, pipelined requests, Content-Length bodies. Every POST
+is answered with `--status` and `content-length: 0`; `GET /stats` answers
+JSON `{"count", "unique_ids", "duplicates", "first_ts", "last_ts", ...}`
+where `count` is POSTs received and `unique_ids` distinct `webhook-id` values.
+
+It binds 127.0.0.1 only, prints `READY <port>` on stdout once listening
+(`--port 0` picks a free port), and is bounded everywhere: header and body
+sizes, queued responses per connection, connections, tracked ids, lifetime;
+it also exits when its parent process goes away.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import http
+import json
+import os
+import signal
+import sys
+import time
+from collections import deque
+from typing import cast
+
+HOST = "127.0.0.1"
+MAX_HEADER_BYTES = 16 * 1024
+MAX_BODY_BYTES = 4 * 1024 * 1024
+MAX_QUEUED_PER_CONN = 1024  # responses waiting on one connection before reads pause
+MAX_CONNECTIONS = 10_000
+MAX_TRACKED_IDS = 10_000_000
+
+_NO_LENGTH = -1
+
+
+def _status_line(status: int) -> bytes:
+    try:
+        reason = http.HTTPStatus(status).phrase
+    except ValueError:
+        reason = "Status"
+    return f"HTTP/1.1 {status} {reason}\r\n".encode()
+
+
+def _response(status: int, body: bytes = b"", *, close: bool = False, ctype: str = "") -> bytes:
+    head = _status_line(status) + b"content-length: " + str(len(body)).encode() + b"\r\n"
+    if ctype:
+        head += b"content-type: " + ctype.encode() + b"\r\n"
+    if close:
+        head += b"connection: close\r\n"
+    return head + b"\r\n" + body
+
+
+class Stats:
+    __slots__ = ("count", "first_ts", "ids", "last_ts", "other", "started", "untracked")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.ids: set[bytes] = set()
+        self.untracked = 0  # POSTs whose id was not tracked (no header, or the set is full)
+        self.other = 0  # non-POST requests other than /stats
+        self.first_ts: float | None = None
+        self.last_ts: float | None = None
+        self.started = time.time()
+
+    def post(self, webhook_id: bytes | None) -> None:
+        now = time.time()
+        if self.first_ts is None:
+            self.first_ts = now
+        self.last_ts = now
+        self.count += 1
+        if webhook_id is None or (len(self.ids) >= MAX_TRACKED_IDS and webhook_id not in self.ids):
+            self.untracked += 1
+        else:
+            self.ids.add(webhook_id)
+
+    def doc(self, connections: int) -> dict[str, object]:
+        unique = len(self.ids)
+        tracked = self.count - self.untracked
+        return {
+            "count": self.count,
+            "unique_ids": unique,
+            "duplicates": tracked - unique,
+            "untracked": self.untracked,
+            "first_ts": self.first_ts,
+            "last_ts": self.last_ts,
+            "other_requests": self.other,
+            "connections": connections,
+            "uptime_s": round(time.time() - self.started, 3),
+        }
+
+
+class _Pending:
+    """One response, in request order; data is None until its delay passed."""
+
+    __slots__ = ("close", "data")
+
+    def __init__(self, data: bytes | None, close: bool) -> None:
+        self.data = data
+        self.close = close
+
+
+class Server:
+    """Shared state of all connections."""
+
+    def __init__(self, status: int, latency_s: float) -> None:
+        self.stats = Stats()
+        self.latency_s = latency_s
+        self.ok = _response(status)
+        self.ok_close = _response(status, close=True)
+        self.connections: set[ReceiverProtocol] = set()
+        self.accepted = 0
+
+
+class ReceiverProtocol(asyncio.Protocol):
+    __slots__ = (
+        "buf",
+        "closing",
+        "loop",
+        "paused_read",
+        "paused_write",
+        "queue",
+        "req",
+        "server",
+        "transport",
+    )
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        # Headers parsed, body not complete yet: (method, path, length, id, close).
+        self.req: tuple[bytes, bytes, int, bytes | None, bool] | None = None
+        self.queue: deque[_Pending] = deque()
+        self.closing = False
+        self.paused_read = False
+        self.paused_write = False
+
+    # -------------------------------------------------------- connection
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports do not subclass asyncio.Transport; same interface.
+        transport = cast(asyncio.Transport, transport)
+        self.transport = transport
+        if len(self.server.connections) >= MAX_CONNECTIONS:
+            transport.write(_response(503, close=True))
+            transport.close()
+            self.closing = True
+            return
+        self.server.connections.add(self)
+        self.server.accepted += 1
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.connections.discard(self)
+        self.closing = True
+        self.queue.clear()
+        self.transport = None
+
+    def pause_writing(self) -> None:
+        self.paused_write = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self.paused_write = False
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        t = self.transport
+        if t is None or self.closing:
+            return
+        want_pause = self.paused_write or len(self.queue) >= MAX_QUEUED_PER_CONN
+        if want_pause and not self.paused_read:
+            t.pause_reading()
+            self.paused_read = True
+        elif not want_pause and self.paused_read:
+            t.resume_reading()
+            self.paused_read = False
+
+    # -------------------------------------------------------- parsing
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        buf = self.buf
+        buf += data
+        pos = 0
+        n = len(buf)
+        while not self.closing:
+            if self.req is None:
+                end = buf.find(b"\r\n\r\n", pos)
+                if end < 0:
+                    if n - pos > MAX_HEADER_BYTES:
+                        self._fail(431)
+                    break
+                if end - pos > MAX_HEADER_BYTES:
+                    self._fail(431)
+                    break
+                req = self._parse_head(bytes(buf[pos:end]))
+                pos = end + 4
+                if req is None:
+                    break  # _parse_head answered and is closing
+                self.req = req
+            method, path, length, wid, close = self.req
+            if n - pos < length:
+                break
+            pos += length
+            self.req = None
+            self._handle(method, path, wid, close)
+        if pos:
+            del buf[:pos]
+        self._flush()
+        self._update_reading()
+
+    def _parse_head(self, head: bytes) -> tuple[bytes, bytes, int, bytes | None, bool] | None:
+        lines = head.split(b"\r\n")
+        # Tolerate stray CRLFs between requests (RFC 9112 §2.2).
+        while lines and not lines[0]:
+            lines.pop(0)
+        parts = lines[0].split(b" ") if lines else []
+        if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
+            self._fail(400)
+            return None
+        method, path, version = parts
+        length = _NO_LENGTH
+        wid: bytes | None = None
+        close = version == b"HTTP/1.0"
+        for line in lines[1:]:
+            name, sep, value = line.partition(b":")
+            if not sep:
+                self._fail(400)
+                return None
+            name = name.strip().lower()
+            if name == b"content-length":
+                value = value.strip()
+                if not value.isdigit() or (length != _NO_LENGTH and int(value) != length):
+                    self._fail(400)
+                    return None
+                length = int(value)
+            elif name == b"webhook-id":
+                wid = value.strip()
+            elif name == b"connection":
+                token = value.strip().lower()
+                if token == b"close":
+                    close = True
+                elif token == b"keep-alive":
+                    close = False
+            elif name == b"transfer-encoding":
+                # Not needed by any client here; refuse rather than mis-frame.
+                self._fail(501)
+                return None
+        if length > MAX_BODY_BYTES:
+            self._fail(413)
+            return None
+        return method, path, max(length, 0), wid, close
+
+    # -------------------------------------------------------- answering
+
+    def _handle(self, method: bytes, path: bytes, wid: bytes | None, close: bool) -> None:
+        server = self.server
+        if method == b"POST":
+            server.stats.post(wid)
+            payload: bytes = server.ok_close if close else server.ok
+            if server.latency_s > 0:
+                slot = _Pending(None, close)
+                self.queue.append(slot)
+                self.loop.call_later(server.latency_s, self._ready, slot, payload)
+            else:
+                self.queue.append(_Pending(payload, close))
+            return
+        if method == b"GET" and path.split(b"?", 1)[0] == b"/stats":
+            doc = server.stats.doc(len(server.connections))
+            doc["connections_total"] = server.accepted
+            body = json.dumps(doc).encode()
+            resp = _response(200, body, close=close, ctype="application/json")
+        else:
+            server.stats.other += 1
+            resp = _response(404 if method == b"GET" else 405, close=close)
+        self.queue.append(_Pending(resp, close))
+
+    def _ready(self, slot: _Pending, payload: bytes) -> None:
+        slot.data = payload
+        self._flush()
+        self._update_reading()
+
+    def _flush(self) -> None:
+        t = self.transport
+        q = self.queue
+        if t is None or not q or q[0].data is None:
+            return
+        out: list[bytes] = []
+        close = False
+        while q and q[0].data is not None:
+            item = q.popleft()
+            assert item.data is not None
+            out.append(item.data)
+            close = item.close
+            if close:
+                break
+        t.write(b"".join(out))
+        if close:
+            self.closing = True
+            self.queue.clear()
+            t.close()
+
+    def _fail(self, status: int) -> None:
+        t = self.transport
+        self.closing = True
+        self.queue.clear()
+        if t is not None:
+            t.write(_response(status, close=True))
+            t.close()
+
+
+# ------------------------------------------------------------ process
+
+
+async def serve(port: int, latency_ms: float, status: int, max_lifetime_s: float) -> None:
+    loop = asyncio.get_running_loop()
+    server_state = Server(status, latency_ms / 1000)
+    server = await loop.create_server(
+        lambda: ReceiverProtocol(server_state), HOST, port, backlog=2048, reuse_address=True
+    )
+    actual = server.sockets[0].getsockname()[1]
+    sys.stdout.write(f"READY {actual}\n")
+    sys.stdout.flush()
+
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    parent = os.getppid()
+    deadline = time.monotonic() + max_lifetime_s
+    try:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+            if os.getppid() != parent:
+                break  # orphaned: the harness is gone
+            if time.monotonic() > deadline:
+                sys.stderr.write("receiver: max lifetime reached, exiting\n")
+                break
+    finally:
+        server.close()
+        for conn in list(server_state.connections):
+            if conn.transport is not None:
+                conn.transport.close()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(server.wait_closed(), 2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.receiver", description=__doc__)
+    p.add_argument("--port", type=int, required=True, help="0 picks a free port")
+    p.add_argument("--latency-ms", type=float, default=0.0, help="delay each POST's response")
+    p.add_argument("--status", type=int, default=200, help="status answered to every POST")
+    p.add_argument("--max-lifetime-s", type=float, default=3600.0)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        sys.stderr.write("receiver: --port must be 0..65535\n")
+        return 2
+    if not 100 <= args.status <= 599 or args.latency_ms < 0 or args.latency_ms > 600_000:
+        sys.stderr.write("receiver: --status must be 100..599, --latency-ms 0..600000\n")
+        return 2
+    coro = serve(args.port, args.latency_ms, args.status, args.max_lifetime_s)
+    try:
+        import uvloop
+
+        uvloop.run(coro)
+    except ImportError:  # pragma: no cover - uvloop is a core dependency
+        asyncio.run(coro)
+    except OSError as exc:
+        sys.stderr.write(f"receiver: cannot listen on {HOST}:{args.port}: {exc.strerror}\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
