@@ -10,7 +10,19 @@ __version__ = "0.1.0"
 
 from .api import enqueue
 from .errors import BadInput, DispatcherError, OperationalError, TargetRefused, UnknownEndpoint
-from .receiver import VerificationError, claim_once, verify, verify_request, webhook_middleware
+
+_RECEIVER = ("VerificationError", "claim_once", "verify", "verify_request", "webhook_middleware")
+
+
+def __getattr__(name: str) -> object:
+    # The receiver kit pulls in aiohttp.web and cryptography: import it only
+    # when asked for, so a worker starts without it.
+    if name in _RECEIVER:
+        from . import receiver
+
+        return getattr(receiver, name)
+    raise AttributeError(f"module 'dispatcher' has no attribute {name!r}")
+
 
 __all__ = [
     "BadInput",

@@ -85,8 +85,7 @@ class Engine:
         self._stopping = False
         self._inflight = 0  # rows claimed and not yet resolved to an outcome
         self._since_claim = 0
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._started: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], Delivery] = {}
         self._buffer: list[Outcome] = []
         self._flush_wanted = asyncio.Event()
         self._flush_lock = asyncio.Lock()
@@ -156,8 +155,9 @@ class Engine:
         self._stopping = True
         # Rows not yet on the wire go back at once; those mid-request get the
         # grace period to finish.
-        for t in self._tasks - self._started:
-            t.cancel()
+        for t, d in list(self._tasks.items()):
+            if not d.started:
+                t.cancel()
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=self.settings.grace_s)
         for t in list(self._tasks):
@@ -342,12 +342,11 @@ class Engine:
         self._inflight += 1
         self.stats.claimed += 1
         task = asyncio.create_task(self._deliver(gate, d))
-        self._tasks.add(task)
+        self._tasks[task] = d
         task.add_done_callback(self._task_done)
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        self._started.discard(task)
+        del self._tasks[task]
         if not task.cancelled() and task.exception() is not None:
             log.event("delivery_task_crashed", logging.ERROR, error=repr(task.exception())[:200])
 
@@ -363,9 +362,7 @@ class Engine:
                     resolved = True
                     self._resolve(gate, self._release(d, gate.paused_for()))
                     return
-                task = asyncio.current_task()
-                assert task is not None
-                self._started.add(task)
+                d.started = True
                 result = await self.sender.post(gate.wire, d.event_id, d.body)
             outcome = self._decide(gate, d, result)
             resolved = True
@@ -437,7 +434,9 @@ class Engine:
         now = time.time() + self._db_clock_offset
         mono = time.monotonic()
         if result.verdict is Verdict.SUCCESS:
-            gate.breaker = on_success(gate.breaker, now, base_cooldown_s=gate.endpoint.cooldown_s)
+            b = gate.breaker
+            if b.consecutive_failures or b.state is not BreakerState.CLOSED:
+                gate.breaker = on_success(b, now, base_cooldown_s=gate.endpoint.cooldown_s)
             gate.adaptive = concurrency.on_success(gate.adaptive, result.response_ms, mono)
         else:
             gate.breaker = on_failure(gate.breaker, now, threshold=self._threshold(gate))

@@ -58,10 +58,14 @@ class Metrics:
         self.alert = Gauge("dispatcher_alert_firing", "Alert conditions", ["alert"], registry=r)
 
     def record_outcomes(self, outcomes: Iterable[tuple[str, int | None]]) -> None:
+        counts: dict[str, int] = {}
+        observe = self.attempt_seconds.observe
         for outcome, ms in outcomes:
-            self.deliveries.labels(outcome).inc()
+            counts[outcome] = counts.get(outcome, 0) + 1
             if ms is not None:
-                self.attempt_seconds.observe(ms / 1000)
+                observe(ms / 1000)
+        for outcome, n in counts.items():
+            self.deliveries.labels(outcome).inc(n)
 
     def record_lags(self, lags: Iterable[float]) -> None:
         for lag in lags:

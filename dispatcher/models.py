@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class Status(enum.StrEnum):
@@ -54,6 +55,7 @@ class Delivery:
     body: bytes
     attempt_count: int  # attempts recorded before this one
     max_attempts: int
+    started: bool = False  # on the wire: a shutdown gives it the grace period
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -69,9 +71,12 @@ class AttemptResult:
     overloaded: bool = False  # timeout, 429 or 503: the receiver has too much
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Outcome:
-    """The decision for one delivery after an attempt, ready to persist."""
+class Outcome(NamedTuple):
+    """The decision for one delivery after an attempt, ready to persist.
+
+    A NamedTuple rather than a frozen dataclass: one is built per delivery on
+    the hot path, and a tuple is three times cheaper to build.
+    """
 
     delivery_id: int
     endpoint_id: int
