@@ -274,7 +274,7 @@ class Engine:
     # ------------------------------------------------------------ claiming
 
     def _claim_threshold(self) -> int:
-        return max(1, min(self.settings.batch_size, self.settings.max_in_flight) // 4)
+        return max(1, min(self.settings.batch_size, self.settings.max_in_flight) // 8)
 
     async def _claim(self) -> tuple[int, bool]:
         """Claims what can be started now. Returns (rows, budget left after)."""
