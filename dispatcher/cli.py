@@ -541,6 +541,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         code = 1
     except KeyboardInterrupt:
         code = 130
+    except Exception as exc:  # a bug: still one line, never a traceback
+        if os.environ.get("DISPATCHER_DEBUG") == "1":
+            raise
+        msg = str(exc).strip().splitlines()
+        detail = msg[0] if msg else ""
+        sys.stderr.write(f"dispatcher: internal error: {type(exc).__name__}: {detail}\n")
+        code = 1
     sys.exit(code)
 
 

@@ -54,8 +54,9 @@ def _decrease(s: Limit, factor: float, now: float) -> Limit:
 
 def on_success(s: Limit, latency_ms: float, now: float) -> Limit:
     base = s.baseline_ms
+    step = 1.0 if s.slow_start else 1.0 / max(s.limit, 1.0)
     if base is None:
-        return replace(s, limit=min(float(s.max_limit), s.limit + 1.0), baseline_ms=latency_ms)
+        return replace(s, limit=min(float(s.max_limit), s.limit + step), baseline_ms=latency_ms)
     learned = base + BASELINE_WEIGHT * (latency_ms - base)
     if latency_ms > LATENCY_TOLERANCE * base and latency_ms > base + 50:
         # Trim, and let the baseline follow: an endpoint that has simply
@@ -63,7 +64,6 @@ def on_success(s: Limit, latency_ms: float, now: float) -> Limit:
         return replace(_decrease(s, 0.9, now), baseline_ms=learned)
     if s.limit >= s.max_limit and abs(latency_ms - base) <= 0.25 * base:
         return s  # at the top and steady: nothing to learn (the common case, kept cheap)
-    step = 1.0 if s.slow_start else 1.0 / max(s.limit, 1.0)
     return replace(s, limit=min(float(s.max_limit), s.limit + step), baseline_ms=learned)
 
 

@@ -104,7 +104,13 @@ class Engine:
 
     async def run(self, *, drain: bool = False) -> None:
         self._drain = drain
-        self._pool = await store.create_pool(self.url, size=4)
+        # Claims and outcomes commit asynchronously unless told otherwise: a
+        # write lost to a database crash means a re-delivery (the row's lease
+        # runs out), never a lost event, and the WAL flush per statement
+        # would otherwise sit on the hot path.
+        self._pool = await store.create_pool(
+            self.url, size=4, synchronous_commit=self.settings.synchronous_commit
+        )
         background: list[asyncio.Task[None]] = []
         try:
             async with self._pool.acquire() as conn:

@@ -76,6 +76,7 @@ class Settings:
     # A lease is the endpoint's timeout plus this margin (SPEC: at most 60 s).
     lease_margin_s: float = 30.0
     endpoint_refresh_s: float = 1.0
+    synchronous_commit: bool = False  # for the worker's claims and outcomes only
     # Telemetry.
     latency_window_s: float = 24 * 3600.0
     percentile_refresh_s: float = 10.0
@@ -100,6 +101,7 @@ class Settings:
             poll_interval_s=_float(env, "DISPATCHER_POLL_INTERVAL_S", 1.0),
             grace_s=_float(env, "DISPATCHER_GRACE_S", 25.0),
             endpoint_refresh_s=max(0.05, _float(env, "DISPATCHER_REFRESH_S", 1.0)),
+            synchronous_commit=env.get("DISPATCHER_SYNCHRONOUS_COMMIT", "") == "1",
             lease_margin_s=min(_float(env, "DISPATCHER_LEASE_MARGIN_S", 30.0), 60.0),
             latency_window_s=_float(env, "DISPATCHER_LATENCY_WINDOW_S", 24 * 3600.0),
             percentile_refresh_s=_float(env, "DISPATCHER_PERCENTILE_REFRESH_S", 10.0),

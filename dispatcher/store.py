@@ -64,10 +64,16 @@ async def _keep_session(_: asyncpg.Connection) -> None:
     every release would be pure cost on the hot path."""
 
 
-async def create_pool(url: str, *, size: int = 4) -> asyncpg.Pool:
+async def create_pool(url: str, *, size: int = 4, synchronous_commit: bool = True) -> asyncpg.Pool:
+    settings = {} if synchronous_commit else {"synchronous_commit": "off"}
     try:
         pool = await asyncpg.create_pool(
-            url, min_size=1, max_size=size, timeout=10, reset=_keep_session
+            url,
+            min_size=1,
+            max_size=size,
+            timeout=10,
+            reset=_keep_session,
+            server_settings=settings,
         )
     except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
         raise OperationalError(f"cannot connect to the database: {_one_line(exc)}") from None
