@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import gc
 import hashlib
 import hmac
@@ -293,9 +294,22 @@ def _last_line(text: str) -> str:
 
 
 class Receiver:
-    def __init__(self, children: Children, latency_ms: float = 0.0) -> None:
+    def __init__(
+        self,
+        children: Children,
+        latency_ms: float = 0.0,
+        *,
+        status: int = 200,
+        hang: bool = False,
+        record_arrivals: int = 0,
+        name: str = "receiver",
+    ) -> None:
         self.children = children
         self.latency_ms = latency_ms
+        self.status = status
+        self.hang = hang
+        self.record_arrivals = record_arrivals
+        self.name = name
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
         self._session: aiohttp.ClientSession | None = None
@@ -304,7 +318,13 @@ class Receiver:
         argv = [sys.executable, "-m", "benchmarks.receiver", "--port", "0"]
         if self.latency_ms:
             argv += ["--latency-ms", str(self.latency_ms)]
-        proc, _, err_path = self.children.spawn(argv, name="receiver", stdout_pipe=True)
+        if self.status != 200:
+            argv += ["--status", str(self.status)]
+        if self.hang:
+            argv += ["--hang"]
+        if self.record_arrivals:
+            argv += ["--record-arrivals", str(self.record_arrivals)]
+        proc, _, err_path = self.children.spawn(argv, name=self.name, stdout_pipe=True)
         self.proc = proc
         assert proc.stdout is not None
         loop = asyncio.get_running_loop()
@@ -323,10 +343,21 @@ class Receiver:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/hook"
 
-    async def stats(self) -> dict[str, Any]:
+    def url_for(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    async def stats(self, *, paths: bool = False) -> dict[str, Any]:
         assert self._session is not None
-        async with self._session.get(f"http://127.0.0.1:{self.port}/stats") as resp:
+        query = "?paths=1" if paths else ""
+        async with self._session.get(f"http://127.0.0.1:{self.port}/stats{query}") as resp:
             doc: dict[str, Any] = await resp.json()
+            return doc
+
+    async def arrivals(self) -> dict[str, float]:
+        """First-arrival time.time() per webhook-id (with --record-arrivals)."""
+        assert self._session is not None
+        async with self._session.get(f"http://127.0.0.1:{self.port}/arrivals") as resp:
+            doc: dict[str, float] = await resp.json()
             return doc
 
     def cpu_s(self) -> float | None:
@@ -604,6 +635,11 @@ class Options:
     smoke: bool = False
     out: Path | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    # The other scenarios (benchmarks/scenarios.py) size themselves from
+    # these when given, from their own defaults otherwise.
+    endpoints: int | None = None
+    samples: int | None = None
+    given: dict[str, Any] = field(default_factory=dict)
 
 
 def _dispatcher(*args: str) -> list[str]:
@@ -946,11 +982,18 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="dispatcher bench", description="Benchmark harness (scenario: fast).")
-    p.add_argument("scenario", nargs="?", default="fast", choices=["fast"])
-    p.add_argument("--events", type=int, default=None, help="events to deliver (100000)")
-    p.add_argument("--max-in-flight", type=int, default=256, help="run --max-in-flight (256)")
-    p.add_argument("--endpoint-max-in-flight", type=int, default=256)
+    p = _Parser(
+        prog="dispatcher bench",
+        description="Benchmark harness. Scenarios: " + ", ".join(SCENARIOS) + ", all.",
+    )
+    p.add_argument("scenario", nargs="?", default="fast", choices=[*SCENARIOS, "all"])
+    p.add_argument("--events", type=int, default=None, help="deliveries (per scenario)")
+    p.add_argument(
+        "--max-in-flight", type=int, default=None, help="run --max-in-flight (fast: 256)"
+    )
+    p.add_argument("--endpoint-max-in-flight", type=int, default=None, help="(fast: 256)")
+    p.add_argument("--endpoints", type=int, default=None, help="endpoints (slow200, many, noisy)")
+    p.add_argument("--samples", type=int, default=None, help="wake: enqueues measured (200)")
     p.add_argument("--batch-size", type=int, default=None, help="run --batch-size (default)")
     p.add_argument("--raw-requests", type=int, default=None, help="min(events, 50000)")
     p.add_argument("--raw-passes", type=int, default=None, help="raw ceiling passes (3)")
@@ -967,6 +1010,9 @@ def parse_options(argv: list[str]) -> Options:
     if argv and argv[0] == "--":
         argv = argv[1:]
     a = build_parser().parse_args(argv)
+    given = {k: v for k, v in vars(a).items() if v is not None}
+    max_in_flight = 256 if a.max_in_flight is None else a.max_in_flight
+    endpoint_max_in_flight = 256 if a.endpoint_max_in_flight is None else a.endpoint_max_in_flight
     events = a.events if a.events is not None else (300 if a.smoke else 100_000)
     raw_requests = a.raw_requests if a.raw_requests is not None else min(events, 50_000)
     raw_passes = a.raw_passes if a.raw_passes is not None else (1 if a.smoke else 3)
@@ -975,15 +1021,21 @@ def parse_options(argv: list[str]) -> Options:
     db_name = a.db_name or (f"{DEFAULT_DB}_smoke_{os.getpid()}" if a.smoke else DEFAULT_DB)
     for name, v, lo in (
         ("--events", events, 1),
-        ("--max-in-flight", a.max_in_flight, 1),
-        ("--endpoint-max-in-flight", a.endpoint_max_in_flight, 1),
+        ("--max-in-flight", max_in_flight, 1),
+        ("--endpoint-max-in-flight", endpoint_max_in_flight, 1),
         ("--raw-requests", raw_requests, 1),
         ("--raw-passes", raw_passes, 0),
+        ("--endpoints", 1 if a.endpoints is None else a.endpoints, 1),
+        ("--samples", 1 if a.samples is None else a.samples, 1),
     ):
         if v < lo:
             raise UsageError(f"{name} must be at least {lo}")
     if events > 10_000_000:
         raise UsageError("--events must be at most 10,000,000")
+    if a.endpoints is not None and a.endpoints > 10_000:
+        raise UsageError("--endpoints must be at most 10,000")
+    if a.samples is not None and a.samples > 100_000:
+        raise UsageError("--samples must be at most 100,000")
     if a.batch_size is not None and a.batch_size < 1:
         raise UsageError("--batch-size must be at least 1")
     if not 0 < a.timeout_s <= 24 * 3600:
@@ -995,8 +1047,8 @@ def parse_options(argv: list[str]) -> Options:
     return Options(
         scenario=a.scenario,
         events=events,
-        max_in_flight=a.max_in_flight,
-        endpoint_max_in_flight=a.endpoint_max_in_flight,
+        max_in_flight=max_in_flight,
+        endpoint_max_in_flight=endpoint_max_in_flight,
         batch_size=a.batch_size,
         raw_requests=raw_requests,
         raw_passes=raw_passes,
@@ -1006,6 +1058,9 @@ def parse_options(argv: list[str]) -> Options:
         json=a.json,
         smoke=a.smoke,
         out=a.out,
+        endpoints=a.endpoints,
+        samples=a.samples,
+        given=given,
     )
 
 
@@ -1047,7 +1102,7 @@ async def main(argv: list[str], settings: Any = None) -> int:
             handled.append(sig)
     try:
         admin_url = _admin_url(settings)
-        report = await run_fast(opts, admin_url)
+        report = await run_scenarios(opts, admin_url)
     except asyncio.CancelledError:
         if not interrupted:
             raise
@@ -1073,10 +1128,55 @@ async def main(argv: list[str], settings: Any = None) -> int:
         opts.out.write_text(json.dumps(report, indent=2) + "\n")
     if opts.json:
         sys.stdout.write(json.dumps(report) + "\n")
+    elif opts.scenario == "all":
+        tables = [render_any(r) for r in report["reports"]]
+        sys.stdout.write("\n\n".join(tables) + "\n")
     else:
-        sys.stdout.write(render(report) + "\n")
+        sys.stdout.write(render_any(report) + "\n")
     sys.stdout.flush()
     return 0 if report["ok"] else 1
+
+
+SCENARIOS = ("fast", "slow200", "many", "noisy", "two", "wake")
+
+
+async def run_scenarios(opts: Options, admin_url: str) -> dict[str, Any]:
+    """One scenario's report, or for `all` one document holding each report
+    (each scenario bounded by its own --timeout-s)."""
+    from . import scenarios
+
+    if opts.scenario != "all":
+        if opts.scenario == "fast":
+            return await run_fast(opts, admin_url)
+        return await scenarios.RUNNERS[opts.scenario](opts, admin_url)
+    reports = []
+    for name in SCENARIOS:
+        progress(f"=== scenario {name}")
+        sub = dataclasses.replace(opts, scenario=name)
+        try:
+            if name == "fast":
+                rep = await run_fast(sub, admin_url)
+            else:
+                rep = await scenarios.RUNNERS[name](sub, admin_url)
+        except BenchError as exc:
+            rep = {"scenario": name, "ok": False, "problems": [str(exc)], "error": str(exc)}
+        reports.append(rep)
+    return {
+        "scenario": "all",
+        "reports": reports,
+        "ok": all(r.get("ok") for r in reports),
+        "problems": [f"{r['scenario']}: {p}" for r in reports for p in r.get("problems", [])],
+    }
+
+
+def render_any(report: dict[str, Any]) -> str:
+    if report.get("error"):
+        return f"dispatcher bench: scenario {report['scenario']}: ERROR {report['error']}"
+    if report["scenario"] == "fast":
+        return render(report)
+    from . import scenarios
+
+    return scenarios.render(report)
 
 
 # ------------------------------------------------------------ the raw ceiling client

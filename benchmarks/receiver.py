@@ -1,12 +1,19 @@
 """A minimal, fast HTTP/1.1 webhook receiver for the benchmarks.
 
-    python -m benchmarks.receiver --port P [--latency-ms N] [--status 200]
+    python -m benchmarks.receiver --port P [--latency-ms N] [--status 200] [--hang]
+                                  [--record-arrivals N]
 
 Raw asyncio Protocols on uvloop (aiohttp.web would be the bottleneck, not the
 dispatcher). Keep-alive, pipelined requests, Content-Length bodies. Every POST
 is answered with `--status` and `content-length: 0`; `GET /stats` answers
 JSON `{"count", "unique_ids", "duplicates", "first_ts", "last_ts", ...}`
-where `count` is POSTs received and `unique_ids` distinct `webhook-id` values.
+where `count` is POSTs received and `unique_ids` distinct `webhook-id` values;
+`open` is POSTs received and not answered yet (`max_open` its peak).
+`GET /stats?paths=1` adds per-path counters (`count`, `duplicates`,
+`first_ts`, `last_ts`). `--hang` counts POSTs and never answers them (a
+hanging endpoint). `--record-arrivals N` keeps, for up to N distinct ids, the
+time.time() at which the first bytes of the first POST carrying that id were
+read; `GET /arrivals` answers them as JSON `{id: ts}`.
 
 It binds 127.0.0.1 only, prints `READY <port>` on stdout once listening
 (`--port 0` picks a free port), and is bounded everywhere: header and body
@@ -34,6 +41,8 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_QUEUED_PER_CONN = 1024  # responses waiting on one connection before reads pause
 MAX_CONNECTIONS = 10_000
 MAX_TRACKED_IDS = 10_000_000
+MAX_TRACKED_PATHS = 100_000
+OTHER_PATHS = b"(other)"
 
 _NO_LENGTH = -1
 
@@ -56,9 +65,22 @@ def _response(status: int, body: bytes = b"", *, close: bool = False, ctype: str
 
 
 class Stats:
-    __slots__ = ("count", "first_ts", "ids", "last_ts", "other", "started", "untracked")
+    __slots__ = (
+        "arrivals",
+        "count",
+        "first_ts",
+        "ids",
+        "last_ts",
+        "max_arrivals",
+        "max_open",
+        "open",
+        "other",
+        "paths",
+        "started",
+        "untracked",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, max_arrivals: int = 0) -> None:
         self.count = 0
         self.ids: set[bytes] = set()
         self.untracked = 0  # POSTs whose id was not tracked (no header, or the set is full)
@@ -66,22 +88,45 @@ class Stats:
         self.first_ts: float | None = None
         self.last_ts: float | None = None
         self.started = time.time()
+        # path -> [count, duplicates, first_ts, last_ts]
+        self.paths: dict[bytes, list[float]] = {}
+        self.open = 0  # POSTs received, response not sent yet
+        self.max_open = 0
+        self.max_arrivals = max_arrivals
+        self.arrivals: dict[str, float] = {}
 
-    def post(self, webhook_id: bytes | None) -> None:
-        now = time.time()
+    def post(self, webhook_id: bytes | None, path: bytes, now: float) -> None:
         if self.first_ts is None:
             self.first_ts = now
         self.last_ts = now
         self.count += 1
+        dup = 0
         if webhook_id is None or (len(self.ids) >= MAX_TRACKED_IDS and webhook_id not in self.ids):
             self.untracked += 1
+        elif webhook_id in self.ids:
+            dup = 1
         else:
             self.ids.add(webhook_id)
+            if len(self.arrivals) < self.max_arrivals:
+                self.arrivals[webhook_id.decode(errors="replace")] = now
+        p = self.paths.get(path)
+        if p is None:
+            if len(self.paths) >= MAX_TRACKED_PATHS:
+                path = OTHER_PATHS
+                p = self.paths.get(path)
+            if p is None:
+                p = self.paths[path] = [0, 0, now, now]
+        p[0] += 1
+        p[1] += dup
+        p[3] = now
+        self.open += 1
+        if self.open > self.max_open:
+            self.max_open = self.open
 
-    def doc(self, connections: int) -> dict[str, object]:
+    def doc(self, connections: int, *, paths: bool = False) -> dict[str, object]:
         unique = len(self.ids)
         tracked = self.count - self.untracked
-        return {
+        out: dict[str, object] = {
             "count": self.count,
             "unique_ids": unique,
             "duplicates": tracked - unique,
@@ -90,8 +135,21 @@ class Stats:
             "last_ts": self.last_ts,
             "other_requests": self.other,
             "connections": connections,
+            "open": self.open,
+            "max_open": self.max_open,
             "uptime_s": round(time.time() - self.started, 3),
         }
+        if paths:
+            out["paths"] = {
+                k.decode(errors="replace"): {
+                    "count": int(v[0]),
+                    "duplicates": int(v[1]),
+                    "first_ts": v[2],
+                    "last_ts": v[3],
+                }
+                for k, v in self.paths.items()
+            }
+        return out
 
 
 class _Pending:
@@ -107,9 +165,12 @@ class _Pending:
 class Server:
     """Shared state of all connections."""
 
-    def __init__(self, status: int, latency_s: float) -> None:
-        self.stats = Stats()
+    def __init__(
+        self, status: int, latency_s: float, *, hang: bool = False, max_arrivals: int = 0
+    ) -> None:
+        self.stats = Stats(max_arrivals)
         self.latency_s = latency_s
+        self.hang = hang
         self.ok = _response(status)
         self.ok_close = _response(status, close=True)
         self.connections: set[ReceiverProtocol] = set()
@@ -121,6 +182,7 @@ class ReceiverProtocol(asyncio.Protocol):
         "buf",
         "closing",
         "loop",
+        "now",
         "paused_read",
         "paused_write",
         "queue",
@@ -140,6 +202,7 @@ class ReceiverProtocol(asyncio.Protocol):
         self.closing = False
         self.paused_read = False
         self.paused_write = False
+        self.now = 0.0
 
     # -------------------------------------------------------- connection
 
@@ -158,8 +221,15 @@ class ReceiverProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
         self.closing = True
-        self.queue.clear()
+        self._drop_queue()
         self.transport = None
+
+    def _drop_queue(self) -> None:
+        """Forgets queued responses; a hanging server's never become ready, so
+        they stop counting as open here (a delayed one's _ready still runs)."""
+        if self.server.hang:
+            self.server.stats.open -= sum(1 for q in self.queue if q.data is None)
+        self.queue.clear()
 
     def pause_writing(self) -> None:
         self.paused_write = True
@@ -186,6 +256,7 @@ class ReceiverProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        self.now = time.time()  # when these bytes arrived (first byte of a request)
         buf = self.buf
         buf += data
         pos = 0
@@ -263,19 +334,28 @@ class ReceiverProtocol(asyncio.Protocol):
     def _handle(self, method: bytes, path: bytes, wid: bytes | None, close: bool) -> None:
         server = self.server
         if method == b"POST":
-            server.stats.post(wid)
+            server.stats.post(wid, path.split(b"?", 1)[0], self.now)
             payload: bytes = server.ok_close if close else server.ok
-            if server.latency_s > 0:
+            if server.hang:
+                # Never answered: the slot stays empty, so this connection
+                # answers nothing more (the client's timeout ends it).
+                self.queue.append(_Pending(None, close))
+            elif server.latency_s > 0:
                 slot = _Pending(None, close)
                 self.queue.append(slot)
                 self.loop.call_later(server.latency_s, self._ready, slot, payload)
             else:
+                server.stats.open -= 1
                 self.queue.append(_Pending(payload, close))
             return
-        if method == b"GET" and path.split(b"?", 1)[0] == b"/stats":
-            doc = server.stats.doc(len(server.connections))
+        route, _, query = path.partition(b"?")
+        if method == b"GET" and route == b"/stats":
+            doc = server.stats.doc(len(server.connections), paths=b"paths=1" in query)
             doc["connections_total"] = server.accepted
             body = json.dumps(doc).encode()
+            resp = _response(200, body, close=close, ctype="application/json")
+        elif method == b"GET" and route == b"/arrivals":
+            body = json.dumps(server.stats.arrivals).encode()
             resp = _response(200, body, close=close, ctype="application/json")
         else:
             server.stats.other += 1
@@ -284,6 +364,7 @@ class ReceiverProtocol(asyncio.Protocol):
 
     def _ready(self, slot: _Pending, payload: bytes) -> None:
         slot.data = payload
+        self.server.stats.open -= 1
         self._flush()
         self._update_reading()
 
@@ -310,7 +391,7 @@ class ReceiverProtocol(asyncio.Protocol):
     def _fail(self, status: int) -> None:
         t = self.transport
         self.closing = True
-        self.queue.clear()
+        self._drop_queue()
         if t is not None:
             t.write(_response(status, close=True))
             t.close()
@@ -319,9 +400,17 @@ class ReceiverProtocol(asyncio.Protocol):
 # ------------------------------------------------------------ process
 
 
-async def serve(port: int, latency_ms: float, status: int, max_lifetime_s: float) -> None:
+async def serve(
+    port: int,
+    latency_ms: float,
+    status: int,
+    max_lifetime_s: float,
+    *,
+    hang: bool = False,
+    max_arrivals: int = 0,
+) -> None:
     loop = asyncio.get_running_loop()
-    server_state = Server(status, latency_ms / 1000)
+    server_state = Server(status, latency_ms / 1000, hang=hang, max_arrivals=max_arrivals)
     server = await loop.create_server(
         lambda: ReceiverProtocol(server_state), HOST, port, backlog=2048, reuse_address=True
     )
@@ -357,6 +446,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, required=True, help="0 picks a free port")
     p.add_argument("--latency-ms", type=float, default=0.0, help="delay each POST's response")
     p.add_argument("--status", type=int, default=200, help="status answered to every POST")
+    p.add_argument("--hang", action="store_true", help="never answer a POST")
+    p.add_argument(
+        "--record-arrivals", type=int, default=0, metavar="N",
+        help="keep the arrival time of up to N distinct ids (GET /arrivals)",
+    )  # fmt: skip
     p.add_argument("--max-lifetime-s", type=float, default=3600.0)
     return p
 
@@ -369,7 +463,17 @@ def main(argv: list[str] | None = None) -> int:
     if not 100 <= args.status <= 599 or args.latency_ms < 0 or args.latency_ms > 600_000:
         sys.stderr.write("receiver: --status must be 100..599, --latency-ms 0..600000\n")
         return 2
-    coro = serve(args.port, args.latency_ms, args.status, args.max_lifetime_s)
+    if not 0 <= args.record_arrivals <= 1_000_000:
+        sys.stderr.write("receiver: --record-arrivals must be 0..1000000\n")
+        return 2
+    coro = serve(
+        args.port,
+        args.latency_ms,
+        args.status,
+        args.max_lifetime_s,
+        hang=args.hang,
+        max_arrivals=args.record_arrivals,
+    )
     try:
         import uvloop
 
