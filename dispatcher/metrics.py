@@ -78,7 +78,9 @@ class Metrics:
         breakers: dict[str, int],
         alerts: dict[str, dict[str, Any]],
     ) -> None:
-        for status in ("pending", "in_flight", "failed", "delivered", "dead_letter"):
+        # Live statuses only: counting the delivered history at every scrape
+        # would cost a scan; deliveries_total{outcome="delivered"} has it.
+        for status in ("pending", "in_flight", "failed", "dead_letter"):
             self.queue_depth.labels(status).set(depth.get(status, 0))
         self.oldest_pending.set(oldest_pending_s or 0.0)
         for state in ("closed", "open", "half_open"):
