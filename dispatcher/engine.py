@@ -91,6 +91,7 @@ class Engine:
         self._flush_lock = asyncio.Lock()
         self._db_clock_offset = 0.0  # db_now - time.time(), for breaker decisions
         self._drain = False
+        self._retention_cursor = 0  # where the retention walk of the queue resumes
         self._failing_since = 0.0
         self.workers = 1  # live workers sharing each endpoint's limits
         self._worker_index = 0
@@ -271,9 +272,14 @@ class Engine:
             await asyncio.sleep(self.settings.percentile_refresh_s)
             try:
                 async with self._pool.acquire() as conn:
-                    await store.maintain(
-                        conn, self.settings.latency_window_s, self.settings.delivered_retention_s
+                    cursor = await store.maintain(
+                        conn,
+                        self.settings.latency_window_s,
+                        self.settings.delivered_retention_s,
+                        cursor=self._retention_cursor,
                     )
+                if cursor is not None:
+                    self._retention_cursor = cursor
             except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
                 log.event("maintenance_failed", logging.WARNING, error=str(exc)[:200])
 

@@ -282,12 +282,22 @@ WHERE id IN (
 RETURNING id;
 
 -- name: prune_delivered
--- Delivered rows past retention, a batch at a time so no lock is held long.
-DELETE FROM webhook_queue
-WHERE ctid = ANY (ARRAY(
-    SELECT ctid FROM webhook_queue
-    WHERE status = 'delivered' AND delivered_at < now() - make_interval(secs => $1)
-    LIMIT $2));
+-- Walks the primary key from a cursor, 10,000 rows a statement: each batch
+-- is an index range scan whatever the heap order, and deletes only the
+-- delivered rows past retention in it. Returns where the walk got to and
+-- whether it reached rows too young to prune (then the walk starts over).
+WITH batch AS (
+    SELECT id, created_at FROM webhook_queue WHERE id > $3 ORDER BY id LIMIT $2
+), gone AS (
+    DELETE FROM webhook_queue w USING batch
+    WHERE w.id = batch.id AND w.status = 'delivered'
+      AND w.delivered_at < now() - make_interval(secs => $1)
+    RETURNING 1
+)
+SELECT (SELECT max(id) FROM batch) AS last_id,
+       (SELECT count(*) FROM gone) AS deleted,
+       coalesce((SELECT min(created_at) FROM batch)
+                >= now() - make_interval(secs => $1), true) AS reached_young;
 
 -- name: notify_due
 SELECT pg_notify('dispatcher_due', '');

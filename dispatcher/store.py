@@ -406,19 +406,45 @@ async def due_sendable(conn: Conn) -> bool:
 
 
 async def maintain(
-    conn: Conn, window_s: float, retention_s: float | None = None, batch: int = 10_000
-) -> bool:
-    """Percentiles and pruning; one worker at a time does it. True if it ran."""
+    conn: Conn,
+    window_s: float,
+    retention_s: float | None = None,
+    *,
+    cursor: int = 0,
+    batch: int = 10_000,
+    max_batches: int = 20,
+) -> int | None:
+    """Percentiles and pruning, by one worker at a time (an advisory lock).
+
+    Returns the retention cursor to resume from next time (None when another
+    worker holds the lock). Each delete is its own short statement, so no
+    long lock ever meets a claim.
+    """
     async with conn.transaction():
         got = await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", MAINTENANCE_LOCK)
         if not got:
-            return False
+            return None
         await conn.execute(Q["prune_latency"], window_s, batch)
-        if retention_s is not None:
-            await conn.execute(Q["prune_delivered"], retention_s, batch)
         await conn.execute(Q["refresh_percentiles"], window_s)
         await conn.execute(Q["prune_secrets"])
-    return True
+    if retention_s is None:
+        return cursor
+    for _ in range(max_batches):
+        cursor, _, done = await prune_delivered_batch(conn, retention_s, cursor, batch)
+        if done:
+            return 0
+    return cursor
+
+
+async def prune_delivered_batch(
+    conn: Conn, retention_s: float, cursor: int, batch: int = 10_000
+) -> tuple[int, int, bool]:
+    """One retention step: (next cursor, rows deleted, walk finished)."""
+    row = await conn.fetchrow(Q["prune_delivered"], retention_s, batch, cursor)
+    assert row is not None
+    if row["last_id"] is None:
+        return 0, row["deleted"], True
+    return row["last_id"], row["deleted"], row["reached_young"]
 
 
 async def refresh_percentiles(conn: Conn, window_s: float) -> None:

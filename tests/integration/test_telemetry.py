@@ -152,16 +152,26 @@ async def test_retention_under_concurrent_claiming(
     )  # fmt: skip
     await store.enqueue_bulk(conn, [(f"new{i}", "t", "{}", None) for i in range(500)])
 
+    await conn.execute(
+        "INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload, status,"
+        " updated_at, created_at, attempt_count)"
+        " SELECT $1, 'dead' || g, 't', '{}', 'dead_letter', now() - interval '10 days',"
+        " now() - interval '10 days', 5 FROM generate_series(1, 50) g", eid,
+    )  # fmt: skip
+
     async def prune() -> None:
         c = await asyncpg.connect(db_url)
+        cursor: int | None = 0
         try:
             while await c.fetchval("SELECT count(*) FROM webhook_queue WHERE event_id LIKE 'old%'"):
-                await store.maintain(c, WINDOW, 7 * 24 * 3600.0, batch=2000)
+                cursor = await store.maintain(
+                    c, WINDOW, 7 * 24 * 3600.0, cursor=cursor or 0, batch=2000, max_batches=3
+                )
                 await asyncio.sleep(0)
         finally:
             await c.close()
 
     await asyncio.wait_for(asyncio.gather(prune(), drain(db_url)), 60)
     counts = dict(await conn.fetch("SELECT status, count(*) FROM webhook_queue GROUP BY status"))
-    assert counts == {"delivered": 500}
+    assert counts == {"delivered": 500, "dead_letter": 50}  # dead letters are never pruned
     assert len(receiver.received) == 500
