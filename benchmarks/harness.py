@@ -1,4 +1,7 @@
-"""The benchmark harness: `dispatcher bench [fast] [options]` or `python -m benchmarks`.
+"""The benchmark harness: `dispatcher bench [SCENARIO] [options]` or `python -m benchmarks`.
+
+Scenarios: fast (below, the default), slow200, many, noisy, two, wake (in
+benchmarks/scenarios.py), and `all`, which runs each in turn.
 
 Scenario "fast" (the default), everything in one run against one receiver:
 
