@@ -303,15 +303,21 @@ class Engine:
         leases: list[float] = []
         margin = self.settings.lease_margin_s
         now = time.monotonic()
+        wanted: list[int] = []
         for eid in order:
             gate = self._gates[eid]
             n = gate.budget(now)
             if n > 0:
                 ids.append(eid)
-                budgets.append(min(n, limit))
+                wanted.append(n)
                 leases.append(gate.lease_s(margin))
         if not ids:
             return 0, False
+        # A fair share each, so one claim spreads over the endpoints instead
+        # of filling up with whichever comes first; what is left over goes
+        # out in the next claim, made at once (see `more` below).
+        fair = max(1, -(-limit // len(ids)))
+        budgets = [min(n, fair) for n in wanted]
         assert self._pool is not None
         t0 = time.perf_counter()
         try:
@@ -342,9 +348,16 @@ class Engine:
             self.metrics.claim_seconds.observe(time.perf_counter() - t0)
             self.metrics.in_flight.set(self._inflight + len(rows))
         self._since_claim = 0
+        got: dict[int, int] = {}
         for d in rows:
+            got[d.endpoint_id] = got.get(d.endpoint_id, 0) + 1
             self._start(d)
-        return len(rows), len(rows) == limit and self._inflight < self.settings.max_in_flight
+        # More may be due now: the batch was full, or an endpoint filled its
+        # fair share while it could have taken more.
+        more = len(rows) == limit or any(
+            got.get(eid, 0) == b < w for eid, b, w in zip(ids, budgets, wanted, strict=True)
+        )
+        return len(rows), more and self._inflight < self.settings.max_in_flight
 
     def _start(self, d: Delivery) -> None:
         gate = self._gates[d.endpoint_id]
