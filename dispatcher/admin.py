@@ -247,13 +247,18 @@ async def dead_letters(request: web.Request) -> web.Response:
     return _json(rows)
 
 
-async def dead_letters_analyze(request: web.Request) -> web.Response:
+def _number(request: web.Request, name: str, default: float, low: float, high: float) -> float:
     try:
-        hours = float(request.query.get("hours", "24"))
+        value = float(request.query.get(name, str(default)))
     except ValueError:
-        raise BadInput("hours must be a number") from None
-    if not 0 < hours <= 24 * 365:
-        raise BadInput("hours must be positive")
+        raise BadInput(f"{name} must be a number") from None
+    if not low <= value <= high:
+        raise BadInput(f"{name} must be between {low:g} and {high:g}")
+    return value
+
+
+async def dead_letters_analyze(request: web.Request) -> web.Response:
+    hours = _number(request, "hours", 24, 1 / 60, 24 * 365)
     async with request.app[POOL].acquire() as conn:
         rows = await reports.dlq_report(conn, hours)
     return _json(rows)
@@ -303,12 +308,7 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def timeline(request: web.Request) -> web.Response:
-    try:
-        minutes = float(request.query.get("minutes", "15"))
-    except ValueError:
-        raise BadInput("minutes must be a number") from None
-    if not 1 <= minutes <= 24 * 60:
-        raise BadInput("minutes must be between 1 and 1440")
+    minutes = _number(request, "minutes", 15, 1, 24 * 60)
     span = minutes * 60
     bucket = max(5.0, span / 90)
     async with request.app[POOL].acquire() as conn:

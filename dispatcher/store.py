@@ -149,25 +149,28 @@ def _headers(raw: str | None) -> tuple[tuple[str, str], ...]:
     return tuple(orjson.loads(raw).items()) if raw else ()
 
 
+_SETTINGS = ("rate_per_s", "burst", "max_in_flight", "timeout_ms", "max_attempts",
+             "retry_base_ms", "retry_cap_ms", "failure_threshold", "cooldown_s")  # fmt: skip
+
+
+def _settings(row: asyncpg.Record) -> dict[str, Any]:
+    """The endpoint settings both Endpoint and EndpointSpec carry."""
+    return {
+        "url": row["url"],
+        "event_types": tuple(row["event_types"]),
+        "headers": _headers(row["headers"]),
+        **{k: row[k] for k in _SETTINGS},
+    }
+
+
 def endpoint_from_row(
     row: asyncpg.Record, old_secrets: Sequence[str] = (), box: SecretBox | None = None
 ) -> Endpoint:
     return Endpoint(
         id=row["id"],
-        url=row["url"],
         secrets=tuple(unseal(box, s) for s in (row["secret"], *old_secrets)),
-        headers=_headers(row["headers"]),
-        event_types=tuple(row["event_types"]),
-        rate_per_s=row["rate_per_s"],
-        burst=row["burst"],
-        max_in_flight=row["max_in_flight"],
-        timeout_ms=row["timeout_ms"],
-        max_attempts=row["max_attempts"],
-        retry_base_ms=row["retry_base_ms"],
-        retry_cap_ms=row["retry_cap_ms"],
-        failure_threshold=row["failure_threshold"],
-        cooldown_s=row["cooldown_s"],
         enabled=row["enabled"],
+        **_settings(row),
     )
 
 
@@ -531,20 +534,7 @@ async def update_endpoint(conn: Conn, endpoint_id: int, spec: EndpointSpec,
 
 
 def spec_from_row(row: asyncpg.Record) -> EndpointSpec:
-    return EndpointSpec(
-        url=row["url"],
-        event_types=tuple(row["event_types"]),
-        rate_per_s=row["rate_per_s"],
-        burst=row["burst"],
-        max_in_flight=row["max_in_flight"],
-        timeout_ms=row["timeout_ms"],
-        max_attempts=row["max_attempts"],
-        retry_base_ms=row["retry_base_ms"],
-        retry_cap_ms=row["retry_cap_ms"],
-        failure_threshold=row["failure_threshold"],
-        cooldown_s=row["cooldown_s"],
-        headers=_headers(row["headers"]),
-    )
+    return EndpointSpec(**_settings(row))
 
 
 async def dead_letters_list(

@@ -42,6 +42,20 @@ async def _wait_all(procs: list[asyncio.subprocess.Process], timeout: float = 60
                 await p.wait()
 
 
+async def _run_until_delivered(db_url: str, conn: asyncpg.Connection, n: int) -> None:
+    """A live engine (not --drain: retries are due later) until n rows are delivered."""
+    e = engine(db_url)
+    task = asyncio.create_task(e.run())
+    try:
+        for _ in range(200):
+            if (await statuses(conn)).get("delivered") == n:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        e.stop()
+        await asyncio.wait_for(task, 10)
+
+
 async def _measured_rate(db_url: str, conn: asyncpg.Connection, receiver: Receiver,
                          workers: int) -> float:  # fmt: skip
     rate = 40.0
@@ -101,16 +115,7 @@ async def test_breaker_reopens_with_doubled_cooldown_then_closes(
                                 max_attempts=50, cooldown_s=0.3)  # fmt: skip
     for i in range(5):
         await store.enqueue_bulk(conn, [(f"c{i}", "t", "{}", None)])
-    e = engine(db_url)
-    task = asyncio.create_task(e.run())
-    try:
-        for _ in range(200):
-            if (await statuses(conn)).get("delivered") == 5:
-                break
-            await asyncio.sleep(0.05)
-    finally:
-        e.stop()
-        await asyncio.wait_for(task, 10)
+    await _run_until_delivered(db_url, conn, 5)
     assert await statuses(conn) == {"delivered": 5}
     rows = await conn.fetch("SELECT * FROM breaker_transitions ORDER BY at")
     assert [(t["from_state"], t["to_state"]) for t in rows] == [
@@ -137,16 +142,7 @@ async def test_retry_after_pauses_the_whole_endpoint(
     receiver.routes["/busy"] = busy_once
     await add_endpoint(conn, receiver.url("/busy"), max_in_flight=1, retry_base_ms=0)
     await store.enqueue_bulk(conn, [(f"b{i}", "t", "{}", None) for i in range(5)])
-    e = engine(db_url)
-    task = asyncio.create_task(e.run())
-    try:
-        for _ in range(200):
-            if (await statuses(conn)).get("delivered") == 5:
-                break
-            await asyncio.sleep(0.05)
-    finally:
-        e.stop()
-        await asyncio.wait_for(task, 10)
+    await _run_until_delivered(db_url, conn, 5)
     times = [r.at for r in receiver.received]
     assert len(times) == 6
     assert times[1] - times[0] >= 1.9  # nothing reached it during the pause
