@@ -153,7 +153,9 @@ CREATE TRIGGER webhook_queue_notify AFTER INSERT ON webhook_queue
 
 -- The transactional outbox: call inside the producer's own transaction.
 -- Fans out to every enabled endpoint subscribed to the type (or only to
--- p_endpoint_id); the same event id again creates nothing new.
+-- p_endpoint_id); the same event id again creates nothing new. The payload
+-- is json (kept byte for byte); the jsonb and text overloads below take the
+-- other forms producers hold.
 CREATE FUNCTION dispatcher_enqueue(
     p_event_type text,
     p_payload json,
@@ -164,6 +166,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_event_id text := coalesce(p_event_id, 'evt_' || replace(gen_random_uuid()::text, '-', ''));
     v_ids bigint[];
+    v_payload json;
 BEGIN
     IF p_event_type IS NULL OR p_event_type = '' OR length(p_event_type) > 200 THEN
         RAISE EXCEPTION 'event_type must be 1..200 characters' USING ERRCODE = '22023';
@@ -174,12 +177,13 @@ BEGIN
     IF p_payload IS NULL THEN
         RAISE EXCEPTION 'payload must not be null' USING ERRCODE = '22023';
     END IF;
-    IF octet_length(p_payload::text) >
+    v_payload := p_payload;
+    IF octet_length(v_payload::text) >
        coalesce(nullif(current_setting('dispatcher.max_payload_bytes', true), '')::int, 262144) THEN
         RAISE EXCEPTION 'payload is over the size limit' USING ERRCODE = '22023';
     END IF;
     INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload, max_attempts)
-    SELECT e.id, v_event_id, p_event_type, p_payload, e.max_attempts
+    SELECT e.id, v_event_id, p_event_type, v_payload, e.max_attempts
     FROM endpoints e
     WHERE CASE WHEN p_endpoint_id IS NULL
                THEN e.enabled AND (e.event_types @> ARRAY[p_event_type] OR e.event_types @> '{*}')
@@ -194,3 +198,25 @@ BEGIN
                ELSE e.id = p_endpoint_id END;
     RETURN v_ids;
 END $$;
+
+-- An untyped literal resolves to the text overload (PostgreSQL prefers the
+-- string category), a jsonb value to the jsonb one; both land in the json one.
+CREATE FUNCTION dispatcher_enqueue(
+    p_event_type text,
+    p_payload text,
+    p_event_id text DEFAULT NULL,
+    p_endpoint_id bigint DEFAULT NULL
+) RETURNS bigint[]
+LANGUAGE sql AS $$
+    SELECT dispatcher_enqueue(p_event_type, p_payload::json, p_event_id, p_endpoint_id)
+$$;
+
+CREATE FUNCTION dispatcher_enqueue(
+    p_event_type text,
+    p_payload jsonb,
+    p_event_id text DEFAULT NULL,
+    p_endpoint_id bigint DEFAULT NULL
+) RETURNS bigint[]
+LANGUAGE sql AS $$
+    SELECT dispatcher_enqueue(p_event_type, p_payload::text::json, p_event_id, p_endpoint_id)
+$$;

@@ -7,6 +7,7 @@ import time
 
 import asyncpg
 import orjson
+import pytest
 from standardwebhooks import Webhook
 
 from dispatcher import enqueue
@@ -313,3 +314,16 @@ async def test_concurrent_migrations(empty_db_url: str) -> None:
         for c in conns:
             await c.close()
     assert sorted(len(r) for r in results) == [0, 0, 0, 1]
+
+
+async def test_sql_enqueue_takes_json_jsonb_and_text(conn: asyncpg.Connection) -> None:
+    await add_endpoint(conn, "https://example.com/a")
+    await conn.fetchval("SELECT dispatcher_enqueue('t', '{\"b\": 1,  \"a\": 2}', 'lit')")
+    await conn.fetchval("SELECT dispatcher_enqueue('t', '{\"b\": 1,  \"a\": 2}'::json, 'js')")
+    await conn.fetchval("SELECT dispatcher_enqueue('t', '{\"b\": 1,  \"a\": 2}'::jsonb, 'jb')")
+    await conn.fetchval("SELECT dispatcher_enqueue('t', $1::text, 'tx')", '{"b": 1,  "a": 2}')
+    rows = dict(await conn.fetch("SELECT event_id, payload::text FROM webhook_queue"))
+    assert rows["lit"] == rows["js"] == rows["tx"] == '{"b": 1,  "a": 2}'  # byte for byte
+    assert rows["jb"] == '{"a": 2, "b": 1}'  # jsonb is already normalised by the caller
+    with pytest.raises(asyncpg.InvalidTextRepresentationError):
+        await conn.fetchval("SELECT dispatcher_enqueue('t', 'not json'::text, 'bad')")
