@@ -5,8 +5,9 @@ endpoint can start → one task per row (gate → sign → POST) → outcomes in
 buffer → one batched write per flush. No transaction is open while a request
 is in flight; claims continue while earlier rows are still being sent.
 
-It never decides policy itself: retry timing comes from retry.py and breaker
-transitions from breaker.py; SQL stays in store.py.
+It never decides policy itself: retry timing comes from retry.py, breaker
+transitions from breaker.py, the adaptive limit from concurrency.py; SQL
+stays in store.py, and recorder.py owns the write-back of outcomes.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import asyncpg
 
@@ -30,28 +31,16 @@ from .errors import OperationalError
 from .gate import Gate
 from .listener import Listener
 from .metrics import Metrics
-from .models import AttemptResult, Delivery, Endpoint, Outcome, Status, Verdict
+from .models import AttemptResult, Delivery, Endpoint, Outcome, Stats, Status, Verdict
+from .recorder import Recorder
 from .retry import decide
 from .sender import Sender
 from .settings import Settings
 
-# How long a flush failure waits before trying again; outcomes stay buffered.
-FLUSH_RETRY_S = 1.0
+# How long a failed claim waits before the next try.
+CLAIM_RETRY_S = 1.0
 # `run --drain` gives up when the database stays unreachable this long.
 DRAIN_GIVE_UP_S = 30.0
-
-
-@dataclass(slots=True)
-class Stats:
-    claimed: int = 0
-    claims: int = 0
-    delivered: int = 0
-    retried: int = 0
-    dead: int = 0
-    released: int = 0
-    flushes: int = 0
-    statements: int = 0
-    breaker_transitions: list[tuple[int, str, str]] = field(default_factory=list)
 
 
 class Engine:
@@ -86,9 +75,7 @@ class Engine:
         self._inflight = 0  # rows claimed and not yet resolved to an outcome
         self._since_claim = 0
         self._tasks: dict[asyncio.Task[None], Delivery] = {}
-        self._buffer: list[Outcome] = []
-        self._flush_wanted = asyncio.Event()
-        self._flush_lock = asyncio.Lock()
+        self._recorder: Recorder | None = None
         self._db_clock_offset = 0.0  # db_now - time.time(), for breaker decisions
         self._drain = False
         self._retention_cursor = 0  # where the retention walk of the queue resumes
@@ -116,12 +103,22 @@ class Engine:
         try:
             async with self._pool.acquire() as conn:
                 await store.require_schema(conn)
+            self._recorder = Recorder(
+                self._pool,
+                worker=self.worker,
+                gates=self._gates,
+                stats=self.stats,
+                settings=self.settings,
+                metrics=self.metrics,
+                db_now=self._db_now,
+                in_flight=lambda: self._inflight,
+            )
             await self.sender.start()
             self._listener = Listener(self.url, self._wake)
             await self._listener.start()
             await self._refresh_endpoints()
             background = [
-                asyncio.create_task(self._flusher(), name="dispatcher-flusher"),
+                asyncio.create_task(self._recorder.run(), name="dispatcher-flusher"),
                 asyncio.create_task(self._refresher(), name="dispatcher-refresher"),
                 asyncio.create_task(self._maintainer(), name="dispatcher-maintenance"),
             ]
@@ -157,6 +154,14 @@ class Engine:
                 continue  # more may be due and there is room: claim again now
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), poll)
+
+    async def _flush_all(self) -> None:
+        if self._recorder is not None:
+            await self._recorder.flush_all()
+
+    def _db_now(self) -> float:
+        """Epoch seconds on the database's clock, for breaker decisions."""
+        return time.time() + self._db_clock_offset
 
     async def _wind_down(self, background: list[asyncio.Task[None]]) -> None:
         self._stopping = True
@@ -339,7 +344,7 @@ class Engine:
                 raise OperationalError(
                     f"database unavailable for {DRAIN_GIVE_UP_S:.0f} s"
                 ) from None
-            await asyncio.sleep(FLUSH_RETRY_S)
+            await asyncio.sleep(CLAIM_RETRY_S)
             return 0, False
         self._failing_since = 0.0
         self.stats.claims += 1
@@ -434,7 +439,8 @@ class Engine:
         # Bookkeeping first: it cannot fail, so a row is resolved exactly once.
         gate.claimed -= 1
         self._inflight -= 1
-        self._buffer.append(outcome)
+        assert self._recorder is not None
+        self._recorder.add(outcome)
         st = self.stats
         if outcome.status is Status.DELIVERED:
             st.delivered += 1
@@ -444,8 +450,6 @@ class Engine:
             st.dead += 1
         else:
             st.released += 1
-        if len(self._buffer) >= self.settings.flush_size or len(self._buffer) == 1:
-            self._flush_wanted.set()
         self._since_claim += 1
         if self._since_claim >= self._claim_threshold() or self._inflight == 0:
             self._wake.set()
@@ -474,124 +478,6 @@ class Engine:
 
     def _threshold(self, gate: Gate) -> int:
         return effective_threshold(gate.endpoint.failure_threshold, gate.p95_ms)
-
-    # ------------------------------------------------------------ flushing
-
-    async def _flusher(self) -> None:
-        while True:
-            await self._flush_wanted.wait()
-            if len(self._buffer) < self.settings.flush_size:
-                await asyncio.sleep(self.settings.flush_interval_s)
-            self._flush_wanted.clear()
-            try:
-                await self._flush_all()
-            except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-                log.event("flush_failed", logging.WARNING, error=str(exc)[:200])
-                await asyncio.sleep(FLUSH_RETRY_S)
-                self._flush_wanted.set()
-
-    async def _flush_all(self) -> None:
-        async with self._flush_lock:
-            while self._buffer:
-                batch = self._buffer
-                self._buffer = []
-                try:
-                    await self._write(batch)
-                except BaseException:
-                    # Keep them for the next try: an outcome is never dropped.
-                    self._buffer = batch + self._buffer
-                    raise
-
-    async def _write(self, batch: list[Outcome]) -> None:
-        assert self._pool is not None
-        spent: dict[int, list[Outcome]] = {}
-        for o in batch:
-            if o.spent_attempt:
-                spent.setdefault(o.endpoint_id, []).append(o)
-        now_mono = time.monotonic()
-        touched = []
-        for eid, outs in spent.items():
-            gate = self._gates.get(eid)
-            # Skip the health write only when the stored breaker is already
-            # closed and clean (the local view runs ahead of the database).
-            quiet = (
-                gate is not None
-                and gate.db_clean
-                and all(o.status is Status.DELIVERED for o in outs)
-                and now_mono - gate.success_written_at < 1.0
-            )
-            if not quiet:
-                touched.append(eid)
-        gone = sorted({o.endpoint_id for o in batch if o.disable_endpoint})
-        pauses: dict[int, float] = {}
-        for o in batch:
-            if o.pause_s:
-                pauses[o.endpoint_id] = max(pauses.get(o.endpoint_id, 0.0), o.pause_s)
-        t0 = time.perf_counter()
-        async with self._pool.acquire() as conn, conn.transaction():
-            lags = await store.record_outcomes(conn, batch, self.worker)
-            self.stats.statements += 1
-            if touched:
-                await self._write_breakers(conn, sorted(touched), spent)
-            if gone:
-                await store.disable_gone(conn, gone)
-                self.stats.statements += 1
-            if pauses:
-                await store.pause_endpoints(conn, pauses)
-                self.stats.statements += 1
-        self.stats.flushes += 1
-        if self.metrics is not None:
-            m = self.metrics
-            m.flush_seconds.observe(time.perf_counter() - t0)
-            m.record_outcomes(
-                (o.status.value if o.spent_attempt else "released", o.response_ms) for o in batch
-            )
-            m.record_lags(lags)
-            m.in_flight.set(self._inflight)
-        for eid in touched:
-            gate = self._gates.get(eid)
-            if gate is not None:
-                gate.success_written_at = now_mono
-
-    async def _write_breakers(
-        self, conn: store.Conn, ids: list[int], spent: dict[int, list[Outcome]]
-    ) -> None:
-        locked = await store.lock_breakers(conn, ids)
-        now = time.time() + self._db_clock_offset
-        new: dict[int, tuple[Breaker, int]] = {}
-        transitions: list[tuple[int, str, str, float]] = []
-        for eid, (b, p95) in locked.items():
-            gate = self._gates.get(eid)
-            ep = gate.endpoint if gate is not None else None
-            threshold = effective_threshold(ep.failure_threshold if ep else 10, p95)
-            base_cooldown = ep.cooldown_s if ep else b.cooldown_s
-            before = b.state
-            for o in spent[eid]:
-                if o.status is Status.DELIVERED:
-                    b = on_success(b, now, base_cooldown_s=base_cooldown)
-                else:
-                    b = on_failure(b, now, threshold=threshold)
-                if b.state is not before:
-                    transitions.append((eid, before.value, b.state.value, b.cooldown_s))
-                    log.event(
-                        "breaker_transition",
-                        endpoint_id=eid,
-                        from_state=before.value,
-                        to_state=b.state.value,
-                        cooldown_s=b.cooldown_s,
-                    )
-                    self.stats.breaker_transitions.append((eid, before.value, b.state.value))
-                    before = b.state
-            new[eid] = (b, threshold)
-            if gate is not None:
-                gate.breaker = b
-                gate.db_clean = b.state is BreakerState.CLOSED and b.consecutive_failures == 0
-                if b.state is not BreakerState.HALF_OPEN:
-                    gate.probing = False
-                    gate.probe_sent = False
-        await store.store_breakers(conn, new)
-        await store.record_transitions(conn, transitions)
-        self.stats.statements += 3
 
     def _record_transition(self, eid: int, from_state: str, to_state: str) -> None:
         log.event("breaker_transition", endpoint_id=eid, from_state=from_state, to_state=to_state)

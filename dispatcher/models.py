@@ -6,7 +6,7 @@ Stdlib only. Nothing here performs I/O or reads the clock.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 
@@ -69,6 +69,21 @@ class AttemptResult:
     retry_after_s: float | None = None
     gone: bool = False  # 410: the receiver asks us to stop
     overloaded: bool = False  # timeout, 429 or 503: the receiver has too much
+
+
+@dataclass(slots=True)
+class Stats:
+    """What one worker has done, for logs, benchmarks and tests."""
+
+    claimed: int = 0
+    claims: int = 0
+    delivered: int = 0
+    retried: int = 0
+    dead: int = 0
+    released: int = 0
+    flushes: int = 0
+    statements: int = 0
+    breaker_transitions: list[tuple[int, str, str]] = field(default_factory=list)
 
 
 class Outcome(NamedTuple):
