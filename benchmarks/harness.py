@@ -128,6 +128,13 @@ def progress(msg: str, *, transient: bool = False) -> None:
     sys.stderr.flush()
 
 
+def rate_since(last: dict[str, float], count: int, now: float) -> float:
+    """Per second since the count and time in `last`, which then hold these."""
+    rate = (count - last["count"]) / max(now - last["t"], 1e-6)
+    last.update(count=count, t=now)
+    return rate
+
+
 def _fmt_int(v: float | None) -> str:
     return "-" if v is None else f"{round(v):,}"
 
@@ -425,8 +432,8 @@ async def drop_database(admin_url: str, name: str) -> None:
         await conn.close()
 
 
-RESULT_SQL = """
-SELECT count(*) AS rows,
+# The columns every scenario reads back; scenarios.py adds a few and a filter.
+RESULT_COLUMNS = """count(*) AS rows,
        count(*) FILTER (WHERE status = 'delivered') AS delivered,
        coalesce(sum(attempt_count), 0) AS attempts,
        percentile_cont(0.5) WITHIN GROUP (
@@ -436,7 +443,10 @@ SELECT count(*) AS rows,
            ORDER BY extract(epoch FROM delivered_at - created_at) * 1000)
            FILTER (WHERE status = 'delivered') AS lag_p99_ms,
        max(extract(epoch FROM delivered_at - created_at) * 1000)
-           FILTER (WHERE status = 'delivered') AS lag_max_ms
+           FILTER (WHERE status = 'delivered') AS lag_max_ms"""
+
+RESULT_SQL = f"""
+SELECT {RESULT_COLUMNS}
 FROM webhook_queue
 """
 
@@ -474,6 +484,11 @@ async def db_counters(admin_url: str, name: str) -> dict[str, int] | None:
     return None if row is None else {k: int(row[k] or 0) for k in DB_COUNTERS}
 
 
+def http_percentiles(http: Any) -> dict[str, float | None]:
+    """http_p50_ms / http_p99_ms from a row of HTTP_SQL."""
+    return {f"http_{q}_ms": None if http[q] is None else float(http[q]) for q in ("p50", "p99")}
+
+
 async def query_results(url: str) -> dict[str, Any]:
     conn = await asyncpg.connect(url, timeout=10)
     try:
@@ -486,8 +501,7 @@ async def query_results(url: str) -> dict[str, Any]:
         await conn.close()
     assert row is not None and http is not None
     out = {k: (float(v) if k.endswith("_ms") and v is not None else v) for k, v in row.items()}
-    out["http_p50_ms"] = None if http["p50"] is None else float(http["p50"])
-    out["http_p99_ms"] = None if http["p99"] is None else float(http["p99"])
+    out.update(http_percentiles(http))
     out["latency_samples"] = http["n"]
     out["status_counts"] = statuses
     return out
@@ -645,6 +659,14 @@ class Options:
     given: dict[str, Any] = field(default_factory=dict)
 
 
+def run_argv(opts: Options, max_in_flight: int, *, drain: bool = True) -> list[str]:
+    """`dispatcher run` arguments: [--drain] --max-in-flight N [--batch-size B]."""
+    argv = ["run", *(["--drain"] if drain else []), "--max-in-flight", str(max_in_flight)]
+    if opts.batch_size:
+        argv += ["--batch-size", str(opts.batch_size)]
+    return argv
+
+
 def _dispatcher(*args: str) -> list[str]:
     # The installed console script, run outside the checkout, so that the
     # installed package is what runs (the checkout's dispatcher/ lacks schema/).
@@ -737,24 +759,21 @@ async def run_fast(opts: Options, admin_url: str) -> dict[str, Any]:
                 s = await receiver.stats()
                 now = time.perf_counter()
                 done = s["count"] - before["count"]
-                rate = (s["count"] - last["count"]) / max(now - last["t"], 1e-6)
-                last.update(count=s["count"], t=now)
+                rate = rate_since(last, s["count"], now)
                 progress(
                     f"run: delivered {done:,}/{opts.events:,}  {rate:,.0f}/s  "
                     f"elapsed {now - run_t0:.0f} s",
                     transient=True,
                 )
 
-        run_argv = ["run", "--drain", "--max-in-flight", str(opts.max_in_flight)]
-        if opts.batch_size:
-            run_argv += ["--batch-size", str(opts.batch_size)]
-        progress(f"run: dispatcher {' '.join(run_argv)}")
+        argv = run_argv(opts, opts.max_in_flight)
+        progress(f"run: dispatcher {' '.join(argv)}")
         # A run that does not drain in time is killed but still measured and
         # reported (what the receiver and the database saw is the story);
         # some time is kept back for that and for cleaning up.
         reserve = min(60.0, opts.timeout_s * 0.1)
         run = await children.run(
-            _dispatcher(*run_argv),
+            _dispatcher(*argv),
             name="run",
             on_tick=tick,
             check=False,

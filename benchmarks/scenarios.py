@@ -50,6 +50,7 @@ import asyncpg
 
 from .harness import (
     DB_COUNTERS,
+    RESULT_COLUMNS,
     TARGET_PER_MIN,
     BenchError,
     Children,
@@ -67,12 +68,16 @@ from .harness import (
     create_database,
     db_counters,
     drop_database,
+    http_percentiles,
     machine_info,
     postback_payload,
     progress,
+    rate_since,
+    run_argv,
     settle,
     with_database,
 )
+from .harness import HTTP_SQL as HARNESS_HTTP_SQL
 
 SLOW_TARGET_RSS_MB = 300.0
 NOISY_TARGET_RATIO = 0.90
@@ -360,31 +365,15 @@ def _note_exit(exit_at: dict[int, float], k: int, _f: object) -> None:
     exit_at.setdefault(k, time.perf_counter())
 
 
-RESULT_SQL = """
-SELECT count(*) AS rows,
-       count(*) FILTER (WHERE status = 'delivered') AS delivered,
-       coalesce(sum(attempt_count), 0) AS attempts,
-       percentile_cont(0.5) WITHIN GROUP (
-           ORDER BY extract(epoch FROM delivered_at - created_at) * 1000)
-           FILTER (WHERE status = 'delivered') AS lag_p50_ms,
-       percentile_cont(0.99) WITHIN GROUP (
-           ORDER BY extract(epoch FROM delivered_at - created_at) * 1000)
-           FILTER (WHERE status = 'delivered') AS lag_p99_ms,
-       max(extract(epoch FROM delivered_at - created_at) * 1000)
-           FILTER (WHERE status = 'delivered') AS lag_max_ms,
+RESULT_SQL = f"""
+SELECT {RESULT_COLUMNS},
        extract(epoch FROM max(delivered_at)) AS last_delivered_ts,
        count(*) FILTER (WHERE status = 'delivered' AND attempt_count <> 1) AS multi_attempt
 FROM webhook_queue
 WHERE $1::bigint[] IS NULL OR endpoint_id = ANY($1::bigint[])
 """
 
-HTTP_SQL = """
-SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY response_ms) AS p50,
-       percentile_cont(0.99) WITHIN GROUP (ORDER BY response_ms) AS p99,
-       count(*) AS n
-FROM endpoint_latency
-WHERE $1::bigint[] IS NULL OR endpoint_id = ANY($1::bigint[])
-"""
+HTTP_SQL = HARNESS_HTTP_SQL + "WHERE $1::bigint[] IS NULL OR endpoint_id = ANY($1::bigint[])\n"
 
 
 async def db_results(bench: Bench, endpoint_ids: list[int] | None = None) -> dict[str, Any]:
@@ -402,8 +391,7 @@ async def db_results(bench: Bench, endpoint_ids: list[int] | None = None) -> dic
     out: dict[str, Any] = {k: (float(v) if isinstance(v, float) else v) for k, v in row.items()}
     for k in ("lag_p50_ms", "lag_p99_ms", "lag_max_ms", "last_delivered_ts"):
         out[k] = None if row[k] is None else float(row[k])
-    out["http_p50_ms"] = None if http["p50"] is None else float(http["p50"])
-    out["http_p99_ms"] = None if http["p99"] is None else float(http["p99"])
+    out.update(http_percentiles(http))
     by_ep: dict[int, dict[str, int]] = {}
     for r in per:
         by_ep.setdefault(int(r["endpoint_id"]), {})[r["status"]] = int(r["n"])
@@ -412,18 +400,19 @@ async def db_results(bench: Bench, endpoint_ids: list[int] | None = None) -> dic
 
 
 def phase_metrics(
-    *,
-    delivered: int,
-    expected: int,
-    seconds: float,
     runs: Sequence[ChildResult],
     meter: dict[str, Any],
     db: dict[str, Any],
     enqueue: dict[str, Any] | None,
+    *,
+    expected: int,
+    seconds: float,
     duplicates: int,
     posts: int,
 ) -> dict[str, Any]:
-    """The figures every scenario reports, from one measured phase."""
+    """The figures every scenario reports, from one measured phase (the
+    processes, the Meter, db_results and Bench.enqueue)."""
+    delivered = int(db["delivered"])
     per_k = 1000 / delivered if delivered else None
     cpu = sum(r.cpu_s for r in runs)
     busy = meter["machine_busy_cpu_s"]
@@ -503,6 +492,24 @@ def standard_rows(m: dict[str, Any], *, label: str = "") -> list[list[str]]:
     ]
 
 
+def drain_rows(m: dict[str, Any]) -> list[list[str]]:
+    """standard_rows of a drain phase, with the receiver-window rate."""
+    table = standard_rows(m)
+    table[1:1] = [["  receiver-window rate/min", _fmt_int(m["receiver_window_per_min"])]]
+    return table
+
+
+def _report_raw(bench: Bench, m: dict[str, Any], raw: dict[str, Any]) -> float | None:
+    """Puts the dispatcher phase and the raw ceiling in the report; returns
+    the ratio dispatcher/raw (None without a raw figure)."""
+    bench.report["dispatcher"] = m
+    bench.report["raw"] = raw
+    dpm = m["deliveries_per_min"]
+    ratio: float | None = dpm / raw["per_min"] if raw["per_min"] else None
+    bench.report["ratio_to_raw"] = None if ratio is None else round(ratio, 4)
+    return ratio
+
+
 def check_phase(m: dict[str, Any], problems: list[str], label: str, *, drain: bool) -> None:
     if m["timed_out"]:
         problems.append(f"{label}: dispatcher did not finish in time (killed)")
@@ -523,14 +530,17 @@ async def raw_ceiling(
     bench: Bench,
     receiver: Receiver,
     *,
-    path: str,
     secret: str,
     requests: int,
     concurrency: int,
-    passes: int,
     clients: int = 1,
+    path: str = "/raw",
 ) -> dict[str, Any]:
-    """Median over passes of `clients` bare aiohttp clients run at once."""
+    """Median over --raw-passes passes of `clients` bare aiohttp clients run at
+    once, each sending --raw-requests requests (default: `requests`, at most
+    50,000)."""
+    passes = bench.opts.raw_passes
+    requests = bench.opts.given.get("raw_requests") or min(requests, 50_000)
     out = []
     for i in range(passes):
         if bench.children.remaining() < 45 and not bench.opts.smoke:
@@ -615,6 +625,15 @@ def _verdict(name: str, ok: bool | None, detail: str) -> str:
     return f"target {name}: {'meets' if ok else 'BELOW'} - {detail}"
 
 
+def _rate_verdict(target: int, dpm: float, smoke: bool, what: str = "") -> str:
+    """The deliveries/min target, not judged in a smoke run."""
+    return _verdict(
+        f"{target:,}/min{what}",
+        None if smoke else dpm >= target,
+        f"{_fmt_int(dpm)}/min = {dpm / target:.2f}x",
+    )
+
+
 def _pct(values: Sequence[float], q: float) -> float | None:
     if not values:
         return None
@@ -664,17 +683,14 @@ async def drain_phase(
         now = time.perf_counter()
         if sample_open:
             open_series.append((now - t_start, int(s["open"])))
-        rate = (s["count"] - last["count"]) / max(now - last["t"], 1e-6)
-        last.update(count=s["count"], t=now)
+        rate = rate_since(last, s["count"], now)
         progress(
             f"{label}: delivered {s['count'] - before['count']:,}/{expected:,}  {rate:,.0f}/s"
             f"  open {s['open']:,}  elapsed {now - t_start:.0f} s",
             transient=True,
         )
 
-    argv = ["run", "--drain", "--max-in-flight", str(max_in_flight)]
-    if bench.opts.batch_size:
-        argv += ["--batch-size", str(bench.opts.batch_size)]
+    argv = run_argv(bench.opts, max_in_flight)
     progress(f"{label}: {processes} x dispatcher {' '.join(argv)}")
     runs, _, t0 = await run_procs(
         bench,
@@ -692,15 +708,7 @@ async def drain_phase(
     posts = after["count"] - before["count"]
     duplicates = after["duplicates"] - before["duplicates"]
     m = phase_metrics(
-        delivered=int(db["delivered"]),
-        expected=expected,
-        seconds=wall,
-        runs=runs,
-        meter=m_meter,
-        db=db,
-        enqueue=enq,
-        duplicates=duplicates,
-        posts=posts,
+        runs, m_meter, db, enq, expected=expected, seconds=wall, duplicates=duplicates, posts=posts
     )
     window = None
     if after["first_ts"] and after["last_ts"] and before["last_ts"] != after["last_ts"]:
@@ -730,229 +738,203 @@ def _status_totals(by_ep: dict[int, dict[str, int]]) -> dict[str, int]:
     return out
 
 
+def _scenario(
+    body: Callable[[Bench, Options], Awaitable[dict[str, Any]]],
+) -> Callable[[Options, str], Awaitable[dict[str, Any]]]:
+    """Makes a runner of a scenario body: one Bench, closed however it ends."""
+
+    @functools.wraps(body)
+    async def run(opts: Options, admin_url: str) -> dict[str, Any]:
+        bench = Bench(opts, admin_url)
+        try:
+            return await body(bench, opts)
+        finally:
+            await bench.close()
+
+    return run
+
+
 # ------------------------------------------------------------ slow200
 
 
-async def run_slow200(opts: Options, admin_url: str) -> dict[str, Any]:
-    bench = Bench(opts, admin_url)
-    try:
-        n_ep = bench.size("endpoints", 4, 2)
-        ep_mif = bench.size("endpoint_max_in_flight", 1000, 50)
-        mif = bench.size("max_in_flight", n_ep * ep_mif, n_ep * ep_mif)
-        events = bench.size("events", 100_000, 1_000)
-        latency = float(opts.given.get("latency_ms") or 200.0)
-        per = max(1, events // n_ep)
-        bench.report.update(
-            title=f"{per * n_ep:,} events, {n_ep} endpoints x max_in_flight {ep_mif}, "
-            f"run --max-in-flight {mif}, receiver latency {latency:g} ms",
-            endpoints=n_ep,
-            endpoint_max_in_flight=ep_mif,
-            max_in_flight=mif,
-            receiver_latency_ms=latency,
-        )
-        rcv = await bench.receiver("receiver", latency_ms=latency)
-        eps = [EndpointDef(f"/s/{i}", rcv, max_in_flight=ep_mif) for i in range(n_ep)]
-        m = await drain_phase(
-            bench, rcv, eps, per, max_in_flight=mif, label="run", sample_open=True
-        )
-        series = m.pop("open_series")
-        opens = [o for _, o in series]
-        reach = {}
-        for frac in (0.25, 0.5, 0.9):
-            goal = frac * mif
-            reach[frac] = next((round(t, 2) for t, o in series if o >= goal), None)
-        m["in_flight"] = {
-            "peak": m["receiver_max_open"],
-            "median_sampled": statistics.median(opens) if opens else None,
-            "samples": [[round(t, 2), o] for t, o in series],
-            "seconds_to_25pct": reach[0.25],
-            "seconds_to_50pct": reach[0.5],
-            "seconds_to_90pct": reach[0.9],
-        }
-        raw = await raw_ceiling(
-            bench, rcv, path="/raw", secret=eps[0].secret,
-            requests=opts.given.get("raw_requests") or min(per * n_ep, 50_000),
-            concurrency=mif, passes=opts.raw_passes,
-        )  # fmt: skip
-        bench.report["dispatcher"] = m
-        bench.report["raw"] = raw
-        dpm = m["deliveries_per_min"]
-        ratio = dpm / raw["per_min"] if raw["per_min"] else None
-        bench.report["ratio_to_raw"] = None if ratio is None else round(ratio, 4)
-        little = (dpm / 60) * (latency / 1000) if dpm else None
-        table = standard_rows(m)
-        table[1:1] = [["  receiver-window rate/min", _fmt_int(m["receiver_window_per_min"])]]
-        table += [
-            [
-                "raw ceiling/min (aiohttp)",
-                f"{_fmt_int(raw['per_min'])} (median of {len(raw['passes'])} x "
-                f"{raw['requests_per_client']:,}, concurrency {mif})",
-            ],
-            ["ratio dispatcher/raw", "-" if ratio is None else f"{ratio:.2f}"],
-            ["raw client CPU s / 1,000", _fmt(raw["cpu_s_per_1000"], 3)],
-            ["in flight at receiver: peak", _fmt_int(m["in_flight"]["peak"])],
-            ["in flight: median of samples", _fmt_int(m["in_flight"]["median_sampled"])],
-            ["in flight by Little (rate x latency)", _fmt_int(little)],
-            [
-                "seconds to 25 / 50 / 90 % of max",
-                " / ".join(
-                    "-" if reach[f] is None else f"{reach[f]:.1f}" for f in (0.25, 0.5, 0.9)
-                ),
-            ],
-        ]
-        smoke = opts.smoke
-        verdicts = [
-            _verdict(
-                f"{TARGET_PER_MIN:,}/min",
-                None if smoke else dpm >= TARGET_PER_MIN,
-                f"{_fmt_int(dpm)}/min = {dpm / TARGET_PER_MIN:.2f}x",
-            ),
-            _verdict(
-                f"peak RSS < {SLOW_TARGET_RSS_MB:g} MB",
-                None if smoke else m["peak_rss_mb"] < SLOW_TARGET_RSS_MB,
-                f"{m['peak_rss_mb']:.1f} MB",
-            ),
-        ]
-        bench.report["meets_target"] = (
-            None if smoke else dpm >= TARGET_PER_MIN and m["peak_rss_mb"] < SLOW_TARGET_RSS_MB
-        )
-        return finish(bench, table, verdicts)
-    finally:
-        await bench.close()
+@_scenario
+async def run_slow200(bench: Bench, opts: Options) -> dict[str, Any]:
+    n_ep = bench.size("endpoints", 4, 2)
+    ep_mif = bench.size("endpoint_max_in_flight", 1000, 50)
+    mif = bench.size("max_in_flight", n_ep * ep_mif, n_ep * ep_mif)
+    events = bench.size("events", 100_000, 1_000)
+    latency = float(opts.given.get("latency_ms") or 200.0)
+    per = max(1, events // n_ep)
+    bench.report.update(
+        title=f"{per * n_ep:,} events, {n_ep} endpoints x max_in_flight {ep_mif}, "
+        f"run --max-in-flight {mif}, receiver latency {latency:g} ms",
+        endpoints=n_ep,
+        endpoint_max_in_flight=ep_mif,
+        max_in_flight=mif,
+        receiver_latency_ms=latency,
+    )
+    rcv = await bench.receiver("receiver", latency_ms=latency)
+    eps = [EndpointDef(f"/s/{i}", rcv, max_in_flight=ep_mif) for i in range(n_ep)]
+    m = await drain_phase(bench, rcv, eps, per, max_in_flight=mif, label="run", sample_open=True)
+    series = m.pop("open_series")
+    opens = [o for _, o in series]
+    reach = {}
+    for frac in (0.25, 0.5, 0.9):
+        goal = frac * mif
+        reach[frac] = next((round(t, 2) for t, o in series if o >= goal), None)
+    m["in_flight"] = {
+        "peak": m["receiver_max_open"],
+        "median_sampled": statistics.median(opens) if opens else None,
+        "samples": [[round(t, 2), o] for t, o in series],
+        "seconds_to_25pct": reach[0.25],
+        "seconds_to_50pct": reach[0.5],
+        "seconds_to_90pct": reach[0.9],
+    }
+    raw = await raw_ceiling(bench, rcv, secret=eps[0].secret, requests=per * n_ep, concurrency=mif)
+    ratio = _report_raw(bench, m, raw)
+    dpm = m["deliveries_per_min"]
+    little = (dpm / 60) * (latency / 1000) if dpm else None
+    table = drain_rows(m)
+    table += [
+        [
+            "raw ceiling/min (aiohttp)",
+            f"{_fmt_int(raw['per_min'])} (median of {len(raw['passes'])} x "
+            f"{raw['requests_per_client']:,}, concurrency {mif})",
+        ],
+        ["ratio dispatcher/raw", "-" if ratio is None else f"{ratio:.2f}"],
+        ["raw client CPU s / 1,000", _fmt(raw["cpu_s_per_1000"], 3)],
+        ["in flight at receiver: peak", _fmt_int(m["in_flight"]["peak"])],
+        ["in flight: median of samples", _fmt_int(m["in_flight"]["median_sampled"])],
+        ["in flight by Little (rate x latency)", _fmt_int(little)],
+        [
+            "seconds to 25 / 50 / 90 % of max",
+            " / ".join("-" if reach[f] is None else f"{reach[f]:.1f}" for f in (0.25, 0.5, 0.9)),
+        ],
+    ]
+    smoke = opts.smoke
+    verdicts = [
+        _rate_verdict(TARGET_PER_MIN, dpm, smoke),
+        _verdict(
+            f"peak RSS < {SLOW_TARGET_RSS_MB:g} MB",
+            None if smoke else m["peak_rss_mb"] < SLOW_TARGET_RSS_MB,
+            f"{m['peak_rss_mb']:.1f} MB",
+        ),
+    ]
+    bench.report["meets_target"] = (
+        None if smoke else dpm >= TARGET_PER_MIN and m["peak_rss_mb"] < SLOW_TARGET_RSS_MB
+    )
+    return finish(bench, table, verdicts)
 
 
 # ------------------------------------------------------------ many
 
 
-async def run_many(opts: Options, admin_url: str) -> dict[str, Any]:
-    bench = Bench(opts, admin_url)
-    try:
-        n_ep = bench.size("endpoints", 1000, 20)
-        events = bench.size("events", 200_000, 1_000)
-        mif = bench.size("max_in_flight", 256, 64)
-        ep_mif = opts.given.get("endpoint_max_in_flight")
-        per = max(1, events // n_ep)
-        bench.report.update(
-            title=f"{per * n_ep:,} events, {n_ep:,} endpoints x {per}, "
-            f"run --max-in-flight {mif}, endpoint max_in_flight {ep_mif or 'default (100)'}",
-            endpoints=n_ep,
-            per_endpoint=per,
-            max_in_flight=mif,
-        )
-        rcv = await bench.receiver("receiver")
-        eps = [EndpointDef(f"/e/{i}", rcv, max_in_flight=ep_mif) for i in range(n_ep)]
-        m = await drain_phase(bench, rcv, eps, per, max_in_flight=mif, label="run")
-        m.pop("open_series")
-        start = m["started_wall_ts"]
-        paths = m.pop("paths")
-        done_at = sorted(
-            paths[e.path]["last_ts"] - start for e in eps if e.path in paths
-        )  # when each endpoint's last event arrived
-        first_at = sorted(paths[e.path]["first_ts"] - start for e in eps if e.path in paths)
-        counts = [paths.get(e.path, {}).get("count", 0) for e in eps]
-        wrong = sum(1 for c in counts if c != per)
-        if wrong:
-            bench.problems.append(f"{wrong} endpoints did not get exactly {per} POSTs")
-        m["endpoint_spread"] = {
-            "first_post_p50_s": _pct(first_at, 0.5),
-            "first_post_max_s": first_at[-1] if first_at else None,
-            "done_min_s": done_at[0] if done_at else None,
-            "done_p50_s": _pct(done_at, 0.5),
-            "done_max_s": done_at[-1] if done_at else None,
-            "endpoints_wrong_count": wrong,
-        }
-        bench.report["dispatcher"] = m
-        sp = m["endpoint_spread"]
-        table = standard_rows(m)
-        table[1:1] = [["  receiver-window rate/min", _fmt_int(m["receiver_window_per_min"])]]
-        table += [
-            [
-                "endpoint first POST p50 / max",
-                f"{_fmt(sp['first_post_p50_s'])} / {_fmt(sp['first_post_max_s'])} s after start",
-            ],
-            [
-                "endpoint done min / p50 / max",
-                f"{_fmt(sp['done_min_s'])} / {_fmt(sp['done_p50_s'])} / "
-                f"{_fmt(sp['done_max_s'])} s after start",
-            ],
-            ["endpoints with a wrong count", f"{wrong}"],
-        ]
-        dpm = m["deliveries_per_min"]
-        verdicts = [
-            _verdict(
-                f"{TARGET_PER_MIN:,}/min (stage target)",
-                None if opts.smoke else dpm >= TARGET_PER_MIN,
-                f"{_fmt_int(dpm)}/min = {dpm / TARGET_PER_MIN:.2f}x",
-            )
-        ]
-        bench.report["meets_target"] = None if opts.smoke else dpm >= TARGET_PER_MIN
-        return finish(bench, table, verdicts)
-    finally:
-        await bench.close()
+@_scenario
+async def run_many(bench: Bench, opts: Options) -> dict[str, Any]:
+    n_ep = bench.size("endpoints", 1000, 20)
+    events = bench.size("events", 200_000, 1_000)
+    mif = bench.size("max_in_flight", 256, 64)
+    ep_mif = opts.given.get("endpoint_max_in_flight")
+    per = max(1, events // n_ep)
+    bench.report.update(
+        title=f"{per * n_ep:,} events, {n_ep:,} endpoints x {per}, "
+        f"run --max-in-flight {mif}, endpoint max_in_flight {ep_mif or 'default (100)'}",
+        endpoints=n_ep,
+        per_endpoint=per,
+        max_in_flight=mif,
+    )
+    rcv = await bench.receiver("receiver")
+    eps = [EndpointDef(f"/e/{i}", rcv, max_in_flight=ep_mif) for i in range(n_ep)]
+    m = await drain_phase(bench, rcv, eps, per, max_in_flight=mif, label="run")
+    m.pop("open_series")
+    start = m["started_wall_ts"]
+    paths = m.pop("paths")
+    done_at = sorted(
+        paths[e.path]["last_ts"] - start for e in eps if e.path in paths
+    )  # when each endpoint's last event arrived
+    first_at = sorted(paths[e.path]["first_ts"] - start for e in eps if e.path in paths)
+    counts = [paths.get(e.path, {}).get("count", 0) for e in eps]
+    wrong = sum(1 for c in counts if c != per)
+    if wrong:
+        bench.problems.append(f"{wrong} endpoints did not get exactly {per} POSTs")
+    m["endpoint_spread"] = {
+        "first_post_p50_s": _pct(first_at, 0.5),
+        "first_post_max_s": first_at[-1] if first_at else None,
+        "done_min_s": done_at[0] if done_at else None,
+        "done_p50_s": _pct(done_at, 0.5),
+        "done_max_s": done_at[-1] if done_at else None,
+        "endpoints_wrong_count": wrong,
+    }
+    bench.report["dispatcher"] = m
+    sp = m["endpoint_spread"]
+    table = drain_rows(m)
+    table += [
+        [
+            "endpoint first POST p50 / max",
+            f"{_fmt(sp['first_post_p50_s'])} / {_fmt(sp['first_post_max_s'])} s after start",
+        ],
+        [
+            "endpoint done min / p50 / max",
+            f"{_fmt(sp['done_min_s'])} / {_fmt(sp['done_p50_s'])} / "
+            f"{_fmt(sp['done_max_s'])} s after start",
+        ],
+        ["endpoints with a wrong count", f"{wrong}"],
+    ]
+    dpm = m["deliveries_per_min"]
+    verdicts = [_rate_verdict(TARGET_PER_MIN, dpm, opts.smoke, " (stage target)")]
+    bench.report["meets_target"] = None if opts.smoke else dpm >= TARGET_PER_MIN
+    return finish(bench, table, verdicts)
 
 
 # ------------------------------------------------------------ two
 
 
-async def run_two(opts: Options, admin_url: str) -> dict[str, Any]:
-    bench = Bench(opts, admin_url)
-    try:
-        events = bench.size("events", 200_000, 1_000)
-        mif = bench.size("max_in_flight", 256, 64)
-        ep_mif = bench.size("endpoint_max_in_flight", 2 * mif, 2 * mif)
-        bench.report.update(
-            title=f"{events:,} events, 2 x run --drain --max-in-flight {mif}, "
-            f"one endpoint max_in_flight {ep_mif}",
-            max_in_flight=mif,
-            endpoint_max_in_flight=ep_mif,
-        )
-        rcv = await bench.receiver("receiver")
-        eps = [EndpointDef("/hook", rcv, max_in_flight=ep_mif)]
-        m = await drain_phase(bench, rcv, eps, events, processes=2, max_in_flight=mif, label="run")
-        m.pop("open_series")
-        m.pop("paths")
-        per_proc = [(e or {}).get("delivered") for e in m["engine"]]
-        raw = await raw_ceiling(
-            bench, rcv, path="/raw", secret=eps[0].secret,
-            requests=opts.given.get("raw_requests") or min(events // 2, 50_000),
-            concurrency=mif, passes=opts.raw_passes, clients=2,
-        )  # fmt: skip
-        bench.report["dispatcher"] = m
-        bench.report["raw"] = raw
-        dpm = m["deliveries_per_min"]
-        ratio = dpm / raw["per_min"] if raw["per_min"] else None
-        bench.report["ratio_to_raw"] = None if ratio is None else round(ratio, 4)
-        table = standard_rows(m)
-        table[1:1] = [["  receiver-window rate/min", _fmt_int(m["receiver_window_per_min"])]]
-        table += [
-            ["delivered by process 1 / 2", " / ".join(_fmt_int(x) for x in per_proc)],
-            ["exit codes", " / ".join(str(c) for c in m["exit_codes"])],
-            [
-                "raw ceiling/min (2 aiohttp clients)",
-                f"{_fmt_int(raw['per_min'])} (median of {len(raw['passes'])} x 2 x "
-                f"{raw['requests_per_client']:,}, concurrency {mif} each)",
-            ],
-            ["ratio dispatchers/raw", "-" if ratio is None else f"{ratio:.2f}"],
-            ["raw client CPU s / 1,000", _fmt(raw["cpu_s_per_1000"], 3)],
-        ]
-        verdicts = [
-            _verdict(
-                f"{TWO_TARGET_PER_MIN:,}/min together",
-                None if opts.smoke else dpm >= TWO_TARGET_PER_MIN,
-                f"{_fmt_int(dpm)}/min = {dpm / TWO_TARGET_PER_MIN:.2f}x",
-            ),
-            _verdict(
-                "no event sent twice",
-                m["duplicates"] == 0,
-                f"{m['duplicates']} duplicates at the receiver",
-            ),
-        ]
-        bench.report["meets_target"] = (
-            None if opts.smoke else dpm >= TWO_TARGET_PER_MIN and m["duplicates"] == 0
-        )
-        return finish(bench, table, verdicts)
-    finally:
-        await bench.close()
+@_scenario
+async def run_two(bench: Bench, opts: Options) -> dict[str, Any]:
+    events = bench.size("events", 200_000, 1_000)
+    mif = bench.size("max_in_flight", 256, 64)
+    ep_mif = bench.size("endpoint_max_in_flight", 2 * mif, 2 * mif)
+    bench.report.update(
+        title=f"{events:,} events, 2 x run --drain --max-in-flight {mif}, "
+        f"one endpoint max_in_flight {ep_mif}",
+        max_in_flight=mif,
+        endpoint_max_in_flight=ep_mif,
+    )
+    rcv = await bench.receiver("receiver")
+    eps = [EndpointDef("/hook", rcv, max_in_flight=ep_mif)]
+    m = await drain_phase(bench, rcv, eps, events, processes=2, max_in_flight=mif, label="run")
+    m.pop("open_series")
+    m.pop("paths")
+    per_proc = [(e or {}).get("delivered") for e in m["engine"]]
+    raw = await raw_ceiling(
+        bench, rcv, secret=eps[0].secret, requests=events // 2, concurrency=mif, clients=2
+    )
+    ratio = _report_raw(bench, m, raw)
+    dpm = m["deliveries_per_min"]
+    table = drain_rows(m)
+    table += [
+        ["delivered by process 1 / 2", " / ".join(_fmt_int(x) for x in per_proc)],
+        ["exit codes", " / ".join(str(c) for c in m["exit_codes"])],
+        [
+            "raw ceiling/min (2 aiohttp clients)",
+            f"{_fmt_int(raw['per_min'])} (median of {len(raw['passes'])} x 2 x "
+            f"{raw['requests_per_client']:,}, concurrency {mif} each)",
+        ],
+        ["ratio dispatchers/raw", "-" if ratio is None else f"{ratio:.2f}"],
+        ["raw client CPU s / 1,000", _fmt(raw["cpu_s_per_1000"], 3)],
+    ]
+    verdicts = [
+        _rate_verdict(TWO_TARGET_PER_MIN, dpm, opts.smoke, " together"),
+        _verdict(
+            "no event sent twice",
+            m["duplicates"] == 0,
+            f"{m['duplicates']} duplicates at the receiver",
+        ),
+    ]
+    bench.report["meets_target"] = (
+        None if opts.smoke else dpm >= TWO_TARGET_PER_MIN and m["duplicates"] == 0
+    )
+    return finish(bench, table, verdicts)
 
 
 # ------------------------------------------------------------ noisy
@@ -1006,9 +988,7 @@ async def _noisy_phase(
             transient=True,
         )
 
-    argv = ["run", "--max-in-flight", str(mif)]
-    if bench.opts.batch_size:
-        argv += ["--batch-size", str(bench.opts.batch_size)]
+    argv = run_argv(bench.opts, mif, drain=False)
     progress(f"{label}: dispatcher {' '.join(argv)} (SIGTERM once healthy events are in)")
     runs, stopped_at, t0 = await run_procs(
         bench, [_dispatcher(*argv)], ["run"], on_tick=tick, stop_when=done, tick_s=0.2
@@ -1028,13 +1008,12 @@ async def _noisy_phase(
     last_ts = max((v["last_ts"] for v in hp.values()), default=None)
     seconds = (last_ts - t_wall0) if last_ts else float("nan")
     m = phase_metrics(
-        delivered=int(db["delivered"]),
+        runs,
+        m_meter,
+        db,
+        enq,
         expected=expected,
         seconds=seconds,
-        runs=runs,
-        meter=m_meter,
-        db=db,
-        enqueue=enq,
         duplicates=duplicates,
         posts=posts,
     )
@@ -1072,259 +1051,253 @@ async def _noisy_phase(
     return m
 
 
-async def run_noisy(opts: Options, admin_url: str) -> dict[str, Any]:
-    bench = Bench(opts, admin_url)
-    try:
-        n_ep = bench.size("endpoints", 20, 4)
-        events = bench.size("events", 40_000, 800)
-        per = max(1, events // n_ep)
-        bad_per = per * 10
-        mif = bench.size("max_in_flight", 256, 64)
-        hang_timeout = 5000
-        bench.report.update(
-            title=f"{n_ep} healthy x {per:,} events; hanging, rate-limited (10/s) and "
-            f"500 endpoints x {bad_per:,} queued; run --max-in-flight {mif}",
-            healthy_endpoints=n_ep,
-            per_endpoint=per,
-            bad_per_endpoint=bad_per,
-            max_in_flight=mif,
-        )
-        main = await bench.receiver("receiver")
-        hang = await bench.receiver("receiver-hang", hang=True)
-        err = await bench.receiver("receiver-500", status=500)
-        phases: dict[str, Any] = {}
-        for label in ("solo", "noisy"):
-            healthy = [EndpointDef(f"/{label}/h/{i}", main) for i in range(n_ep)]
-            bad = []
-            if label == "noisy":
-                bad = [
-                    EndpointDef("/hang", hang, timeout_ms=hang_timeout),
-                    EndpointDef("/rate", main, rate_per_s=10.0),
-                    EndpointDef("/err", err),
-                ]
-            phases[label] = await _noisy_phase(
-                bench, main, healthy, bad, per, bad_per if bad else 0, mif, label
-            )
-        solo, noisy = phases["solo"], phases["noisy"]
-        ratio = (
-            noisy["deliveries_per_min"] / solo["deliveries_per_min"]
-            if solo["deliveries_per_min"]
-            else None
-        )
-        bench.report["solo"] = solo
-        bench.report["noisy"] = noisy
-        bench.report["ratio_noisy_to_solo"] = None if ratio is None else round(ratio, 4)
-        table = standard_rows(solo, label="solo") + standard_rows(noisy, label="noisy")
-        table += [
-            [
-                "solo / noisy: run exit, s from SIGTERM",
-                f"{solo['exit_codes'][0]}, {_fmt(solo['sigterm_to_exit_s'], 2)} s / "
-                f"{noisy['exit_codes'][0]}, {_fmt(noisy['sigterm_to_exit_s'], 2)} s",
+@_scenario
+async def run_noisy(bench: Bench, opts: Options) -> dict[str, Any]:
+    n_ep = bench.size("endpoints", 20, 4)
+    events = bench.size("events", 40_000, 800)
+    per = max(1, events // n_ep)
+    bad_per = per * 10
+    mif = bench.size("max_in_flight", 256, 64)
+    hang_timeout = 5000
+    bench.report.update(
+        title=f"{n_ep} healthy x {per:,} events; hanging, rate-limited (10/s) and "
+        f"500 endpoints x {bad_per:,} queued; run --max-in-flight {mif}",
+        healthy_endpoints=n_ep,
+        per_endpoint=per,
+        bad_per_endpoint=bad_per,
+        max_in_flight=mif,
+    )
+    main = await bench.receiver("receiver")
+    hang = await bench.receiver("receiver-hang", hang=True)
+    err = await bench.receiver("receiver-500", status=500)
+    phases: dict[str, Any] = {}
+    for label in ("solo", "noisy"):
+        healthy = [EndpointDef(f"/{label}/h/{i}", main) for i in range(n_ep)]
+        bad = []
+        if label == "noisy":
+            bad = [
+                EndpointDef("/hang", hang, timeout_ms=hang_timeout),
+                EndpointDef("/rate", main, rate_per_s=10.0),
+                EndpointDef("/err", err),
             ]
-        ]
-        for b in noisy["bad"]:
-            counts = ", ".join(f"{k} {v:,}" for k, v in sorted(b["status_counts"].items()))
-            table.append([f"bad {b['path']}", f"{b['receiver_posts']:,} POSTs; rows: {counts}"])
-        table.append(["healthy rate noisy / solo", "-" if ratio is None else f"{ratio:.3f}"])
-        verdicts = [
-            _verdict(
-                f"noisy/solo >= {NOISY_TARGET_RATIO:.2f}",
-                None if opts.smoke or ratio is None else ratio >= NOISY_TARGET_RATIO,
-                f"{_fmt_int(noisy['deliveries_per_min'])} vs "
-                f"{_fmt_int(solo['deliveries_per_min'])}/min",
-            )
-        ]
-        bench.report["meets_target"] = (
-            None if opts.smoke or ratio is None else ratio >= NOISY_TARGET_RATIO
+        phases[label] = await _noisy_phase(
+            bench, main, healthy, bad, per, bad_per if bad else 0, mif, label
         )
-        return finish(bench, table, verdicts)
-    finally:
-        await bench.close()
+    solo, noisy = phases["solo"], phases["noisy"]
+    ratio = (
+        noisy["deliveries_per_min"] / solo["deliveries_per_min"]
+        if solo["deliveries_per_min"]
+        else None
+    )
+    bench.report["solo"] = solo
+    bench.report["noisy"] = noisy
+    bench.report["ratio_noisy_to_solo"] = None if ratio is None else round(ratio, 4)
+    table = standard_rows(solo, label="solo") + standard_rows(noisy, label="noisy")
+    table += [
+        [
+            "solo / noisy: run exit, s from SIGTERM",
+            f"{solo['exit_codes'][0]}, {_fmt(solo['sigterm_to_exit_s'], 2)} s / "
+            f"{noisy['exit_codes'][0]}, {_fmt(noisy['sigterm_to_exit_s'], 2)} s",
+        ]
+    ]
+    for b in noisy["bad"]:
+        counts = ", ".join(f"{k} {v:,}" for k, v in sorted(b["status_counts"].items()))
+        table.append([f"bad {b['path']}", f"{b['receiver_posts']:,} POSTs; rows: {counts}"])
+    table.append(["healthy rate noisy / solo", "-" if ratio is None else f"{ratio:.3f}"])
+    verdicts = [
+        _verdict(
+            f"noisy/solo >= {NOISY_TARGET_RATIO:.2f}",
+            None if opts.smoke or ratio is None else ratio >= NOISY_TARGET_RATIO,
+            f"{_fmt_int(noisy['deliveries_per_min'])} vs "
+            f"{_fmt_int(solo['deliveries_per_min'])}/min",
+        )
+    ]
+    bench.report["meets_target"] = (
+        None if opts.smoke or ratio is None else ratio >= NOISY_TARGET_RATIO
+    )
+    return finish(bench, table, verdicts)
 
 
 # ------------------------------------------------------------ wake
 
 
-async def run_wake(opts: Options, admin_url: str) -> dict[str, Any]:
-    bench = Bench(opts, admin_url)
-    try:
-        samples = bench.size("samples", 200, 20)
-        idle_s = 0.5 if opts.smoke else 3.0
-        gap = (0.05, 0.3)
-        bench.report.update(
-            title=f"{samples} single enqueues into an idle `dispatcher run`, "
-            f"gaps {gap[0]:g}-{gap[1]:g} s, {idle_s:g} s idle first",
-            samples=samples,
-        )
-        rcv = await bench.receiver("receiver", record_arrivals=samples + 10)
-        await bench.fresh_db()
-        ep = EndpointDef("/wake", rcv)
-        await bench.add_endpoints([ep])
-        conn = await asyncpg.connect(bench.bench_url, timeout=10)
-        sent: dict[str, tuple[float, float]] = {}
-        run_id = os.urandom(4).hex()
-        payload = json.dumps(postback_payload(random.Random(3), 0), separators=(",", ":"))
-        state = {"phase": "warmup", "i": 0, "err": ""}
-        meter = Meter(bench)
+@_scenario
+async def run_wake(bench: Bench, opts: Options) -> dict[str, Any]:
+    samples = bench.size("samples", 200, 20)
+    idle_s = 0.5 if opts.smoke else 3.0
+    gap = (0.05, 0.3)
+    bench.report.update(
+        title=f"{samples} single enqueues into an idle `dispatcher run`, "
+        f"gaps {gap[0]:g}-{gap[1]:g} s, {idle_s:g} s idle first",
+        samples=samples,
+    )
+    rcv = await bench.receiver("receiver", record_arrivals=samples + 10)
+    await bench.fresh_db()
+    ep = EndpointDef("/wake", rcv)
+    await bench.add_endpoints([ep])
+    conn = await asyncpg.connect(bench.bench_url, timeout=10)
+    sent: dict[str, tuple[float, float]] = {}
+    run_id = os.urandom(4).hex()
+    payload = json.dumps(postback_payload(random.Random(3), 0), separators=(",", ":"))
+    state = {"phase": "warmup", "i": 0, "err": ""}
+    meter = Meter(bench)
 
-        async def enqueue_one(event_id: str) -> None:
-            t_before = time.time()
-            await conn.fetchval(
-                "SELECT dispatcher_enqueue($1, $2::json, $3, $4)",
-                "bench.wake", payload, event_id, ep.id,
-            )  # fmt: skip
-            sent[event_id] = (t_before, time.time())  # autocommit: COMMIT has returned
+    async def enqueue_one(event_id: str) -> None:
+        t_before = time.time()
+        await conn.fetchval(
+            "SELECT dispatcher_enqueue($1, $2::json, $3, $4)",
+            "bench.wake", payload, event_id, ep.id,
+        )  # fmt: skip
+        sent[event_id] = (t_before, time.time())  # autocommit: COMMIT has returned
 
-        async def wait_arrival(event_id: str, limit_s: float) -> bool:
-            end = time.monotonic() + limit_s
-            while time.monotonic() < end:
-                if event_id in await rcv.arrivals():
-                    return True
-                await asyncio.sleep(0.05)
-            return False
-
-        async def driver() -> bool:
-            # Warm-up: the worker is up, connected and listening.
-            if not await wait_arrival_after(f"warm-{run_id}"):
-                state["err"] = "warm-up event never arrived"
+    async def wait_arrival(event_id: str, limit_s: float) -> bool:
+        end = time.monotonic() + limit_s
+        while time.monotonic() < end:
+            if event_id in await rcv.arrivals():
                 return True
-            await asyncio.sleep(idle_s)
-            await meter.start()
-            state["phase"] = "measuring"
-            rng = random.Random(5)
-            for i in range(samples):
-                state["i"] = i
-                await enqueue_one(f"wake-{run_id}-{i}")
-                await asyncio.sleep(rng.uniform(*gap))
-            # Everything has had at least a few seconds to arrive.
-            await wait_arrival(f"wake-{run_id}-{samples - 1}", 10.0)
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(0.05)
+        return False
+
+    async def driver() -> bool:
+        # Warm-up: the worker is up, connected and listening.
+        if not await wait_arrival_after(f"warm-{run_id}"):
+            state["err"] = "warm-up event never arrived"
             return True
-
-        async def wait_arrival_after(event_id: str) -> bool:
-            await enqueue_one(event_id)
-            return await wait_arrival(event_id, 30.0)
-
-        driver_task: asyncio.Task[bool] | None = None
-
-        async def stop_when() -> bool:
-            nonlocal driver_task
-            if driver_task is None:
-                driver_task = asyncio.create_task(driver())
-            if driver_task.done():
-                driver_task.result()
-                return True
-            return False
-
-        async def tick() -> None:
-            if state["phase"] == "measuring":
-                meter.sample()
-            progress(f"wake: {state['phase']} {state['i']}/{samples}", transient=True)
-
-        progress("wake: dispatcher run --max-in-flight 256")
-        try:
-            runs, stopped_at, t0 = await run_procs(
-                bench,
-                [_dispatcher("run", "--max-in-flight", "256")],
-                ["run"],
-                on_tick=tick,
-                stop_when=stop_when,
-                tick_s=0.2,
-            )
-        finally:
-            if driver_task is not None and not driver_task.done():
-                driver_task.cancel()
-                with contextlib.suppress(BaseException):
-                    await driver_task
-            await conn.close()
-        if state["err"]:
-            raise BenchError(state["err"])
-        m_meter = await meter.stop() if hasattr(meter, "counters0") else None
-        arrivals = await rcv.arrivals()
-        stats = await rcv.stats()
-        db = await db_results(bench)
-        await bench.drop_db()
-        lat = []
-        lat_before = []
-        missing = 0
+        await asyncio.sleep(idle_s)
+        await meter.start()
+        state["phase"] = "measuring"
+        rng = random.Random(5)
         for i in range(samples):
-            eid = f"wake-{run_id}-{i}"
-            if eid not in arrivals:
-                missing += 1
-                continue
-            t_before, t_commit = sent[eid]
-            lat.append((arrivals[eid] - t_commit) * 1000)
-            lat_before.append((arrivals[eid] - t_before) * 1000)
-        run = runs[0]
-        m: dict[str, Any] = {
-            "samples": samples,
-            "arrived": len(lat),
-            "missing": missing,
-            "p50_ms": _pct(lat, 0.5),
-            "p90_ms": _pct(lat, 0.9),
-            "p99_ms": _pct(lat, 0.99),
-            "max_ms": max(lat) if lat else None,
-            "min_ms": min(lat) if lat else None,
-            "negative": sum(1 for x in lat if x < 0),
-            "from_call_start_p50_ms": _pct(lat_before, 0.5),
-            "from_call_start_p99_ms": _pct(lat_before, 0.99),
-            "commit_call_p50_ms": _pct([(b - a) * 1000 for a, b in sent.values()], 0.5),
-            "duplicates": stats["duplicates"],
-            "exit_code": run.returncode,
-            "peak_rss_mb": round(run.maxrss_mb, 1),
-            "dispatcher_cpu_s": round(run.cpu_s, 3),
-            "run_wall_s": round(run.wall_s, 3),
-            "dispatcher_cpu_per_wall": round(run.cpu_s / run.wall_s, 4),
-            "sigterm_to_exit_s": (
-                None if stopped_at is None else round(t0 + run.wall_s - stopped_at, 3)
-            ),
-            "lag_p50_ms": db["lag_p50_ms"],
-            "lag_p99_ms": db["lag_p99_ms"],
-            "http_p50_ms": db["http_p50_ms"],
-            "meter": m_meter,
-            "db_xacts_per_1000": (
-                round(m_meter["db_counters"]["xact_commit"] * 1000 / samples, 1)
-                if m_meter and m_meter["db_counters"]
-                else None
-            ),
-            "postgres_cpu_s_per_1000": (
-                round(m_meter["postgres_cpu_s"] * 1000 / samples, 3)
-                if m_meter and m_meter["postgres_cpu_s"] is not None
-                else None
-            ),
-        }
-        bench.report["wake"] = m
-        if missing:
-            bench.problems.append(f"{missing} of {samples} events never arrived")
-        if stats["duplicates"]:
-            bench.problems.append(f"{stats['duplicates']} duplicate POSTs")
-        if run.returncode != 0:
-            bench.problems.append(f"dispatcher run exited {run.returncode}")
-        table = [
-            ["wake latency p50 / p90 / p99", " / ".join(
-                _fmt(m[k]) for k in ("p50_ms", "p90_ms", "p99_ms")) + " ms"],
-            ["wake latency min / max", f"{_fmt(m['min_ms'])} / {_fmt(m['max_ms'])} ms"],
-            ["  from before the call, p50 / p99",
-             f"{_fmt(m['from_call_start_p50_ms'])} / {_fmt(m['from_call_start_p99_ms'])} ms"],
-            ["  dispatcher_enqueue call p50", f"{_fmt(m['commit_call_p50_ms'], 2)} ms"],
-            ["lag p50 / p99 (DB created->delivered)",
-             f"{_fmt_int(m['lag_p50_ms'])} / {_fmt_int(m['lag_p99_ms'])} ms"],
-            ["HTTP p50 (as measured)", f"{_fmt(m['http_p50_ms'])} ms"],
-            ["dispatcher CPU s / wall s (mostly idle)", _fmt(m["dispatcher_cpu_per_wall"], 3)],
-            ["PostgreSQL CPU s / 1,000 (measuring)", _fmt(m["postgres_cpu_s_per_1000"], 3)],
-            ["DB transactions / 1,000 (measuring)", _fmt(m["db_xacts_per_1000"])],
-            ["dispatcher peak RSS", f"{_fmt(m['peak_rss_mb'])} MB"],
-            ["arrived", f"{m['arrived']:,} of {samples:,} (lost {missing})"],
-            ["duplicates", f"{m['duplicates']:,}"],
-            ["run exit, s from SIGTERM", f"{run.returncode}, {_fmt(m['sigterm_to_exit_s'], 2)} s"],
-        ]  # fmt: skip
-        p99 = m["p99_ms"]
-        ok = None if opts.smoke or p99 is None else p99 < WAKE_TARGET_P99_MS
-        verdicts = [_verdict(f"p99 < {WAKE_TARGET_P99_MS:g} ms", ok, f"p99 {_fmt(p99)} ms")]
-        bench.report["meets_target"] = ok
-        return finish(bench, table, verdicts)
+            state["i"] = i
+            await enqueue_one(f"wake-{run_id}-{i}")
+            await asyncio.sleep(rng.uniform(*gap))
+        # Everything has had at least a few seconds to arrive.
+        await wait_arrival(f"wake-{run_id}-{samples - 1}", 10.0)
+        await asyncio.sleep(1.0)
+        return True
+
+    async def wait_arrival_after(event_id: str) -> bool:
+        await enqueue_one(event_id)
+        return await wait_arrival(event_id, 30.0)
+
+    driver_task: asyncio.Task[bool] | None = None
+
+    async def stop_when() -> bool:
+        nonlocal driver_task
+        if driver_task is None:
+            driver_task = asyncio.create_task(driver())
+        if driver_task.done():
+            driver_task.result()
+            return True
+        return False
+
+    async def tick() -> None:
+        if state["phase"] == "measuring":
+            meter.sample()
+        progress(f"wake: {state['phase']} {state['i']}/{samples}", transient=True)
+
+    progress("wake: dispatcher run --max-in-flight 256")
+    try:
+        runs, stopped_at, t0 = await run_procs(
+            bench,
+            [_dispatcher("run", "--max-in-flight", "256")],
+            ["run"],
+            on_tick=tick,
+            stop_when=stop_when,
+            tick_s=0.2,
+        )
     finally:
-        await bench.close()
+        if driver_task is not None and not driver_task.done():
+            driver_task.cancel()
+            with contextlib.suppress(BaseException):
+                await driver_task
+        await conn.close()
+    if state["err"]:
+        raise BenchError(state["err"])
+    m_meter = await meter.stop() if hasattr(meter, "counters0") else None
+    arrivals = await rcv.arrivals()
+    stats = await rcv.stats()
+    db = await db_results(bench)
+    await bench.drop_db()
+    lat = []
+    lat_before = []
+    missing = 0
+    for i in range(samples):
+        eid = f"wake-{run_id}-{i}"
+        if eid not in arrivals:
+            missing += 1
+            continue
+        t_before, t_commit = sent[eid]
+        lat.append((arrivals[eid] - t_commit) * 1000)
+        lat_before.append((arrivals[eid] - t_before) * 1000)
+    run = runs[0]
+    m: dict[str, Any] = {
+        "samples": samples,
+        "arrived": len(lat),
+        "missing": missing,
+        "p50_ms": _pct(lat, 0.5),
+        "p90_ms": _pct(lat, 0.9),
+        "p99_ms": _pct(lat, 0.99),
+        "max_ms": max(lat) if lat else None,
+        "min_ms": min(lat) if lat else None,
+        "negative": sum(1 for x in lat if x < 0),
+        "from_call_start_p50_ms": _pct(lat_before, 0.5),
+        "from_call_start_p99_ms": _pct(lat_before, 0.99),
+        "commit_call_p50_ms": _pct([(b - a) * 1000 for a, b in sent.values()], 0.5),
+        "duplicates": stats["duplicates"],
+        "exit_code": run.returncode,
+        "peak_rss_mb": round(run.maxrss_mb, 1),
+        "dispatcher_cpu_s": round(run.cpu_s, 3),
+        "run_wall_s": round(run.wall_s, 3),
+        "dispatcher_cpu_per_wall": round(run.cpu_s / run.wall_s, 4),
+        "sigterm_to_exit_s": (
+            None if stopped_at is None else round(t0 + run.wall_s - stopped_at, 3)
+        ),
+        "lag_p50_ms": db["lag_p50_ms"],
+        "lag_p99_ms": db["lag_p99_ms"],
+        "http_p50_ms": db["http_p50_ms"],
+        "meter": m_meter,
+        "db_xacts_per_1000": (
+            round(m_meter["db_counters"]["xact_commit"] * 1000 / samples, 1)
+            if m_meter and m_meter["db_counters"]
+            else None
+        ),
+        "postgres_cpu_s_per_1000": (
+            round(m_meter["postgres_cpu_s"] * 1000 / samples, 3)
+            if m_meter and m_meter["postgres_cpu_s"] is not None
+            else None
+        ),
+    }
+    bench.report["wake"] = m
+    if missing:
+        bench.problems.append(f"{missing} of {samples} events never arrived")
+    if stats["duplicates"]:
+        bench.problems.append(f"{stats['duplicates']} duplicate POSTs")
+    if run.returncode != 0:
+        bench.problems.append(f"dispatcher run exited {run.returncode}")
+    table = [
+        ["wake latency p50 / p90 / p99", " / ".join(
+            _fmt(m[k]) for k in ("p50_ms", "p90_ms", "p99_ms")) + " ms"],
+        ["wake latency min / max", f"{_fmt(m['min_ms'])} / {_fmt(m['max_ms'])} ms"],
+        ["  from before the call, p50 / p99",
+         f"{_fmt(m['from_call_start_p50_ms'])} / {_fmt(m['from_call_start_p99_ms'])} ms"],
+        ["  dispatcher_enqueue call p50", f"{_fmt(m['commit_call_p50_ms'], 2)} ms"],
+        ["lag p50 / p99 (DB created->delivered)",
+         f"{_fmt_int(m['lag_p50_ms'])} / {_fmt_int(m['lag_p99_ms'])} ms"],
+        ["HTTP p50 (as measured)", f"{_fmt(m['http_p50_ms'])} ms"],
+        ["dispatcher CPU s / wall s (mostly idle)", _fmt(m["dispatcher_cpu_per_wall"], 3)],
+        ["PostgreSQL CPU s / 1,000 (measuring)", _fmt(m["postgres_cpu_s_per_1000"], 3)],
+        ["DB transactions / 1,000 (measuring)", _fmt(m["db_xacts_per_1000"])],
+        ["dispatcher peak RSS", f"{_fmt(m['peak_rss_mb'])} MB"],
+        ["arrived", f"{m['arrived']:,} of {samples:,} (lost {missing})"],
+        ["duplicates", f"{m['duplicates']:,}"],
+        ["run exit, s from SIGTERM", f"{run.returncode}, {_fmt(m['sigterm_to_exit_s'], 2)} s"],
+    ]  # fmt: skip
+    p99 = m["p99_ms"]
+    ok = None if opts.smoke or p99 is None else p99 < WAKE_TARGET_P99_MS
+    verdicts = [_verdict(f"p99 < {WAKE_TARGET_P99_MS:g} ms", ok, f"p99 {_fmt(p99)} ms")]
+    bench.report["meets_target"] = ok
+    return finish(bench, table, verdicts)
 
 
 RUNNERS: dict[str, Callable[[Options, str], Awaitable[dict[str, Any]]]] = {
