@@ -404,7 +404,13 @@ async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from .demo import run_demo
 
-    code: int = await run_demo(settings, events=args.events, http=args.http, linger_s=args.linger_s)
+    code: int = await run_demo(
+        settings,
+        events=args.events,
+        http=args.http,
+        linger_s=args.linger_s,
+        database=args.database,
+    )
     return code
 
 
@@ -507,6 +513,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = cmd("demo", cmd_demo, help="see it work on local receivers")
     demo.add_argument("--events", type=int, default=300)
+    demo.add_argument("--database", default="dispatcher_demo",
+                      help="the database the demo (re)creates on the server")  # fmt: skip
     demo.add_argument(
         "--http",
         default="127.0.0.1:0",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import secrets
 import time
 from dataclasses import replace
@@ -26,6 +27,7 @@ from .admin import start_admin
 from .cli_format import print_table
 from .embedded import resolve_database_url
 from .engine import Engine
+from .errors import BadInput
 from .models import EndpointSpec
 from .settings import Settings
 from .signing import generate_secret
@@ -75,14 +77,14 @@ def _with_database(url: str, name: str) -> str:
     return urlunsplit(urlsplit(url)._replace(path="/" + name))
 
 
-async def _fresh_database(server_url: str) -> str:
+async def _fresh_database(server_url: str, name: str) -> str:
     admin = await store.connect(server_url)
     try:
-        await admin.execute(f"DROP DATABASE IF EXISTS {DEMO_DB} WITH (FORCE)")
-        await admin.execute(f"CREATE DATABASE {DEMO_DB}")
+        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        await admin.execute(f"CREATE DATABASE {name}")
     finally:
         await admin.close()
-    url = _with_database(server_url, DEMO_DB)
+    url = _with_database(server_url, name)
     conn = await store.connect(url)
     try:
         await store.migrate(conn)
@@ -138,10 +140,17 @@ async def _snapshot(conn: asyncpg.Connection) -> dict[str, int]:
 
 
 async def run_demo(
-    settings: Settings, *, events: int = 300, http: str = "127.0.0.1:0", linger_s: float = 0.0
+    settings: Settings,
+    *,
+    events: int = 300,
+    http: str = "127.0.0.1:0",
+    linger_s: float = 0.0,
+    database: str = DEMO_DB,
 ) -> int:
+    if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", database):
+        raise BadInput("--database must be a plain lower-case identifier")
     server_url = resolve_database_url(settings.database_url, settings.home)
-    url = await _fresh_database(server_url)
+    url = await _fresh_database(server_url, database)
     receivers = DemoReceivers()
     await receivers.start()
     token = settings.admin_token or secrets.token_urlsafe(12)
@@ -192,7 +201,7 @@ async def run_demo(
         await conn.close()
         await receivers.stop()
         await admin.cleanup()
-    print(f"\nthe demo's data stays in database {DEMO_DB!r}; look again with\n"
+    print(f"\nthe demo's data stays in database {database!r}; look again with\n"
           f"  DATABASE_URL='{url}' DISPATCHER_ADMIN_TOKEN={token} "
           f"dispatcher serve --http 127.0.0.1:8080\n"
           f"  and open http://127.0.0.1:8080/?token={token}")  # fmt: skip
