@@ -78,6 +78,7 @@ class Engine:
         self._recorder: Recorder | None = None
         self._db_clock_offset = 0.0  # db_now - time.time(), for breaker decisions
         self._drain = False
+        self._claim_failed = False  # an empty claim that was really a failed one
         self._retention_cursor = 0  # where the retention walk of the queue resumes
         self._failing_since = 0.0
         self.workers = 1  # live workers sharing each endpoint's limits
@@ -142,12 +143,12 @@ class Engine:
             got, budget_left = await self._claim()
             if self._stopping:
                 break
-            if drain and got == 0 and self._inflight == 0:
+            if drain and got == 0 and self._inflight == 0 and not self._claim_failed:
                 # Outcomes just written may have made rows due (a retry with
                 # no delay); only an empty claim after the flush ends a drain.
                 await self._flush_all()
                 got, _ = await self._claim()
-                if got == 0 and self._inflight == 0:
+                if got == 0 and self._inflight == 0 and not self._claim_failed:
                     return
                 continue
             if got and budget_left:
@@ -176,6 +177,10 @@ class Engine:
             t.cancel()
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=5)
+        # Flush before stopping the flusher: this waits for a write already in
+        # progress (never cancelled mid-commit, which could apply it twice).
+        with contextlib.suppress(Exception):
+            await self._flush_all()
         for t in background:
             t.cancel()
         for t in background:
@@ -318,11 +323,7 @@ class Engine:
                 leases.append(gate.lease_s(margin))
         if not ids:
             return 0, False
-        # A fair share each, so one claim spreads over the endpoints instead
-        # of filling up with whichever comes first; what is left over goes
-        # out in the next claim, made at once (see `more` below).
-        fair = max(1, -(-limit // len(ids)))
-        budgets = [min(n, fair) for n in wanted]
+        budgets = [min(n, limit) for n in wanted]
         assert self._pool is not None
         t0 = time.perf_counter()
         try:
@@ -337,6 +338,7 @@ class Engine:
                 )
         except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
             log.event("claim_failed", logging.WARNING, error=str(exc)[:200])
+            self._claim_failed = True
             now = time.monotonic()
             self._failing_since = self._failing_since or now
             if self._drain and now - self._failing_since > DRAIN_GIVE_UP_S:
@@ -347,22 +349,16 @@ class Engine:
             await asyncio.sleep(CLAIM_RETRY_S)
             return 0, False
         self._failing_since = 0.0
+        self._claim_failed = False
         self.stats.claims += 1
         self.stats.statements += 1
         if self.metrics is not None:
             self.metrics.claim_seconds.observe(time.perf_counter() - t0)
             self.metrics.in_flight.set(self._inflight + len(rows))
         self._since_claim = 0
-        got: dict[int, int] = {}
         for d in rows:
-            got[d.endpoint_id] = got.get(d.endpoint_id, 0) + 1
             self._start(d)
-        # More may be due now: the batch was full, or an endpoint filled its
-        # fair share while it could have taken more.
-        more = len(rows) == limit or any(
-            got.get(eid, 0) == b < w for eid, b, w in zip(ids, budgets, wanted, strict=True)
-        )
-        return len(rows), more and self._inflight < self.settings.max_in_flight
+        return len(rows), len(rows) == limit and self._inflight < self.settings.max_in_flight
 
     def _start(self, d: Delivery) -> None:
         gate = self._gates[d.endpoint_id]
@@ -376,7 +372,12 @@ class Engine:
         task.add_done_callback(self._task_done)
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
-        del self._tasks[task]
+        d = self._tasks.pop(task)
+        if not d.done:
+            # Cancelled before its first step (its finally never ran): the
+            # row still goes back, unspent, exactly once.
+            d.done = True
+            self._resolve(self._gates[d.endpoint_id], self._release(d))
         if not task.cancelled() and task.exception() is not None:
             log.event("delivery_task_crashed", logging.ERROR, error=repr(task.exception())[:200])
 
@@ -389,17 +390,18 @@ class Engine:
                 if gate.limiter is not None and gate.sendable():
                     await gate.limiter.acquire()
                 if self._stopping or not gate.sendable() or gate.paused_for() > 0:
-                    resolved = True
+                    d.done = resolved = True
                     self._resolve(gate, self._release(d, gate.paused_for()))
                     return
                 d.started = True
                 result = await self.sender.post(gate.wire, d.event_id, d.body)
             outcome = self._decide(gate, d, result)
-            resolved = True
+            d.done = resolved = True
             self._resolve(gate, outcome, result)
         finally:
             if not resolved:
                 # Cancelled (shutdown) or crashed: hand the row back unspent.
+                d.done = True
                 self._resolve(gate, self._release(d))
 
     def _release(self, d: Delivery, delay_s: float = 0.0) -> Outcome:
@@ -439,6 +441,8 @@ class Engine:
         # Bookkeeping first: it cannot fail, so a row is resolved exactly once.
         gate.claimed -= 1
         self._inflight -= 1
+        if not outcome.spent_attempt and gate.probing:
+            gate.probe_sent = False  # the probe went back unsent: it may be claimed again
         assert self._recorder is not None
         self._recorder.add(outcome)
         st = self.stats

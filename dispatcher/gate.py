@@ -80,6 +80,7 @@ class Gate:
         if old.max_in_flight != endpoint.max_in_flight:
             # Rows already holding the old semaphore finish under it.
             self.sem = asyncio.Semaphore(endpoint.max_in_flight)
+            self.adaptive = concurrency.resize(self.adaptive, endpoint.max_in_flight)
         if (old.rate_per_s, old.burst, old.max_in_flight) != (
             endpoint.rate_per_s,
             endpoint.burst,
@@ -134,8 +135,13 @@ class Gate:
                 return 0 if (self.probe_sent or self.claimed) else 1
             return 0
         n = min(self.max_share, self.adaptive.current) - self.claimed
-        if self.rate_share is not None:
-            ahead = math.ceil(self._burst() + self.rate_share * RATE_LOOKAHEAD_S)
+        if self.limiter is not None and self.rate_share is not None:
+            # The tokens there now, plus what refills within the lookahead:
+            # no claimed row waits for a token much longer than a second,
+            # so none outlives its lease however slow the rate.
+            burst = self._burst()
+            now_tokens = next((k for k in range(burst, 0, -1) if self.limiter.has_capacity(k)), 0)
+            ahead = now_tokens + math.floor(self.rate_share * RATE_LOOKAHEAD_S)
             n = min(n, ahead - self.claimed)
         return max(n, 0)
 

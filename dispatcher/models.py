@@ -56,6 +56,7 @@ class Delivery:
     attempt_count: int  # attempts recorded before this one
     max_attempts: int
     started: bool = False  # on the wire: a shutdown gives it the grace period
+    done: bool = False  # its outcome was handed to the recorder (exactly once)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
