@@ -323,7 +323,13 @@ class Engine:
                 leases.append(gate.lease_s(margin))
         if not ids:
             return 0, False
-        budgets = [min(n, limit) for n in wanted]
+        # Two passes: first a fair share each, so one claim spreads over the
+        # endpoints instead of filling up with whichever comes first; then,
+        # only if the batch is not full, the rest of the budgets of the
+        # endpoints that used their whole share (one busy endpoint among many
+        # idle ones still gets a full batch).
+        fair = max(1, -(-limit // len(ids)))
+        budgets = [min(n, fair) for n in wanted]
         assert self._pool is not None
         t0 = time.perf_counter()
         try:
@@ -336,6 +342,25 @@ class Engine:
                     limit=limit,
                     worker=self.worker,
                 )
+                if len(rows) < limit and fair < limit:
+                    got: dict[int, int] = {}
+                    for d in rows:
+                        got[d.endpoint_id] = got.get(d.endpoint_id, 0) + 1
+                    again = [
+                        (eid, w - b, lease)
+                        for eid, b, w, lease in zip(ids, budgets, wanted, leases, strict=True)
+                        if got.get(eid, 0) == b < w
+                    ]
+                    if again:
+                        rows += await store.claim(
+                            conn,
+                            endpoint_ids=[a[0] for a in again],
+                            budgets=[min(a[1], limit) for a in again],
+                            leases_s=[a[2] for a in again],
+                            limit=limit - len(rows),
+                            worker=self.worker,
+                        )
+                        self.stats.statements += 1
         except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
             log.event("claim_failed", logging.WARNING, error=str(exc)[:200])
             self._claim_failed = True

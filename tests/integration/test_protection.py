@@ -166,3 +166,26 @@ async def test_slowing_endpoint_gets_fewer_parallel_requests(
     assert together <= 4, together
     assert len(starts) == 40
     assert await statuses(conn) == {"dead_letter": 20}
+
+
+async def test_claims_spread_over_endpoints_and_still_fill_for_one_busy_endpoint(
+    db_url: str, conn: asyncpg.Connection, receiver: Receiver
+) -> None:
+    for i in range(50):
+        await add_endpoint(conn, receiver.url(f"/e{i}"), event_types=(f"t{i}",))
+    await store.enqueue_bulk(
+        conn, [(f"f{i}-{j}", f"t{i}", "{}", None) for i in range(50) for j in range(10)]
+    )
+    await drain(db_url, max_in_flight=50, batch_size=50)
+    first = {r.path for r in receiver.received[:50]}
+    assert len(first) >= 40  # one claim reached (nearly) every endpoint, not five of them
+    receiver.received.clear()
+
+    await add_endpoint(conn, receiver.url("/busy"), event_types=("busy",))
+    await store.enqueue_bulk(conn, [(f"b{j}", "busy", "{}", None) for j in range(300)])
+    e = await drain(db_url, max_in_flight=100, batch_size=100)
+    assert e.stats.claimed == 300
+    # The second pass gives the busy endpoint the rest of the batch: a claim
+    # (two statements) per batch, not one per row of its fair share.
+    assert e.stats.claims <= 30, e.stats.claims
+    assert len(receiver.requests_to("/busy")) == 300
