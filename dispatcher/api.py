@@ -45,6 +45,29 @@ def _payload_text(payload: Any) -> str:
         raise BadInput(f"payload cannot be encoded as JSON: {exc}") from None
 
 
+def check_event_type(value: Any) -> str:
+    if not isinstance(value, str) or not value or len(value) > 200 or not value.isprintable():
+        raise BadInput("event_type must be 1..200 printable characters")
+    return value
+
+
+def check_event_id(value: Any) -> str | None:
+    """None stays None (an id is generated); anything else must be a usable id."""
+    if value is not None and (
+        not isinstance(value, str) or not value or len(value) > 200 or not value.isprintable()
+    ):
+        raise BadInput("event_id must be 1..200 printable characters")
+    return value
+
+
+def check_endpoint_id(value: Any) -> int | None:
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**63
+    ):
+        raise BadInput("endpoint must be an integer id")
+    return value
+
+
 async def enqueue(
     conn: asyncpg.Connection,
     event_type: str,

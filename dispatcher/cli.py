@@ -22,7 +22,7 @@ import asyncpg
 import orjson
 
 from . import __version__, reports, service, store
-from .api import payload_text
+from .api import check_endpoint_id, check_event_type, payload_text
 from .cli_format import print_table
 from .embedded import resolve_database_url
 from .errors import BadInput, DispatcherError, OperationalError
@@ -170,53 +170,11 @@ async def cmd_endpoint_health(args: argparse.Namespace, settings: Settings) -> i
     return await _with_conn(settings, go)
 
 
-def _read_events(path: str, max_bytes: int) -> list[tuple[str, str, str, int | None]]:
-    import uuid
-
-    try:
-        f = sys.stdin.buffer if path == "-" else open(path, "rb")
-    except OSError as exc:
-        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
-    events = []
-    with f:
-        for lineno, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            try:
-                doc = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                raise BadInput(f"{path}:{lineno}: not valid JSON") from None
-            if not isinstance(doc, dict):
-                raise BadInput(f"{path}:{lineno}: each line must be a JSON object")
-            et = doc.get("event_type")
-            if not isinstance(et, str) or not et or len(et) > 200 or not et.isprintable():
-                raise BadInput(f"{path}:{lineno}: event_type must be a string of 1..200 characters")
-            if "payload" not in doc:
-                raise BadInput(f"{path}:{lineno}: payload is missing")
-            eid = doc.get("event_id")
-            if eid is not None and (
-                not isinstance(eid, str) or not eid or len(eid) > 200 or not eid.isprintable()
-            ):
-                raise BadInput(f"{path}:{lineno}: event_id must be a non-empty string")
-            ep = doc.get("endpoint")
-            if ep is not None and (
-                not isinstance(ep, int) or isinstance(ep, bool) or not 0 < ep < 2**63
-            ):
-                raise BadInput(f"{path}:{lineno}: endpoint must be an integer id")
-            payload = orjson.dumps(doc["payload"])
-            if len(payload) > max_bytes:
-                raise BadInput(
-                    f"{path}:{lineno}: payload is {len(payload)} bytes, over {max_bytes}"
-                )
-            events.append((eid or f"evt_{uuid.uuid4().hex}", et, payload.decode(), ep))
-    return events
-
-
 async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     if args.file is not None:
         if args.payload is not None or args.event_type is not None:
             raise BadInput("--file cannot be combined with --event-type/--payload")
-        events = _read_events(args.file, settings.max_payload_bytes)
+        events = service.read_events(args.file, settings.max_payload_bytes)
 
         async def bulk(conn: asyncpg.Connection) -> int:
             created = await store.enqueue_bulk(conn, events)
@@ -228,21 +186,14 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.event_type is None or args.payload is None:
         raise BadInput("enqueue needs --event-type and --payload (or --file)")
-    if not args.event_type or len(args.event_type) > 200 or not args.event_type.isprintable():
-        raise BadInput("--event-type must be 1..200 printable characters")
-    if args.event_id is not None and (
-        not args.event_id or len(args.event_id) > 200 or not args.event_id.isprintable()
-    ):
-        raise BadInput("--event-id must be 1..200 printable characters")
-    if args.endpoint is not None and not 0 < args.endpoint < 2**63:
-        raise BadInput("--endpoint must be a positive id")
+    event_type = check_event_type(args.event_type)
+    event_id = service.event_id_of(args.event_id)
+    endpoint = check_endpoint_id(args.endpoint)
+    # --payload is JSON text: kept byte for byte, unlike a parsed document.
     payload = payload_text(args.payload, settings.max_payload_bytes)
-    import uuid
-
-    event_id = args.event_id or f"evt_{uuid.uuid4().hex}"
 
     async def one(conn: asyncpg.Connection) -> int:
-        ids = await store.enqueue(conn, args.event_type, payload, event_id, args.endpoint)
+        ids = await store.enqueue(conn, event_type, payload, event_id, endpoint)
         doc = {"event_id": event_id, "deliveries": ids}
         _emit(args, doc, lambda: print(f"event {event_id}: deliveries {ids}"))
         return 0

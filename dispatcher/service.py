@@ -6,6 +6,7 @@ store; both entry points report errors the same way.
 
 from __future__ import annotations
 
+import sys
 import uuid
 from collections.abc import Mapping
 from dataclasses import fields
@@ -14,7 +15,7 @@ from typing import Any
 import orjson
 
 from . import store
-from .api import payload_text
+from .api import check_endpoint_id, check_event_id, check_event_type
 from .errors import BadInput
 from .models import EndpointSpec
 from .secretbox import SecretBox, unseal
@@ -93,40 +94,59 @@ def new_event_id() -> str:
 
 
 def event_id_of(value: Any) -> str:
-    if value is None:
-        return new_event_id()
-    if not isinstance(value, str) or not value or len(value) > 200 or not value.isprintable():
-        raise BadInput("event_id must be a printable string of 1..200 characters")
-    return value
+    return check_event_id(value) or new_event_id()
+
+
+Event = tuple[str, str, str, int | None]  # event_id, event_type, payload text, endpoint
+
+
+def parse_event(doc: Mapping[str, Any], max_payload_bytes: int) -> Event:
+    """One event document (an API body, a JSONL line) as the values to queue."""
+    event_type = check_event_type(doc.get("event_type"))
+    if "payload" not in doc:
+        raise BadInput("payload is required")
+    endpoint = check_endpoint_id(doc.get("endpoint", doc.get("endpoint_id")))
+    # The payload arrives parsed inside the document; its canonical encoding
+    # is what gets stored, signed and sent (valid by construction, so it is
+    # not parsed again).
+    try:
+        encoded = orjson.dumps(doc["payload"])
+    except TypeError as exc:
+        raise BadInput(f"payload cannot be encoded as JSON: {exc}") from None
+    if len(encoded) > max_payload_bytes:
+        raise BadInput(f"payload is {len(encoded)} bytes, over the limit of {max_payload_bytes}")
+    return event_id_of(doc.get("event_id")), event_type, encoded.decode(), endpoint
+
+
+def read_events(path: str, max_payload_bytes: int) -> list[Event]:
+    """A JSONL file (or - for stdin) of event documents, validated whole."""
+    try:
+        f = sys.stdin.buffer if path == "-" else open(path, "rb")
+    except OSError as exc:
+        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
+    events = []
+    with f:
+        for lineno, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                doc = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                raise BadInput(f"{path}:{lineno}: not valid JSON") from None
+            if not isinstance(doc, dict):
+                raise BadInput(f"{path}:{lineno}: each line must be a JSON object")
+            try:
+                events.append(parse_event(doc, max_payload_bytes))
+            except BadInput as exc:
+                raise BadInput(f"{path}:{lineno}: {exc}") from None
+    return events
 
 
 async def enqueue_event(
     conn: store.Conn, doc: Mapping[str, Any], max_payload_bytes: int = 256 * 1024
 ) -> dict[str, Any]:
     """The `enqueue` semantics for one event given as a JSON-shaped document."""
-    event_type = doc.get("event_type")
-    if (
-        not isinstance(event_type, str)
-        or not event_type
-        or len(event_type) > 200
-        or not event_type.isprintable()
-    ):
-        raise BadInput("event_type must be a printable string of 1..200 characters")
-    if "payload" not in doc:
-        raise BadInput("payload is required")
-    endpoint = doc.get("endpoint", doc.get("endpoint_id"))
-    if endpoint is not None and (
-        isinstance(endpoint, bool) or not isinstance(endpoint, int) or not 0 < endpoint < 2**63
-    ):
-        raise BadInput("endpoint must be an integer id")
-    # The payload arrives parsed inside the request document; its canonical
-    # encoding is what gets stored, signed and sent.
-    try:
-        encoded = orjson.dumps(doc["payload"])
-    except TypeError as exc:
-        raise BadInput(f"payload cannot be encoded as JSON: {exc}") from None
-    payload = payload_text(encoded, max_payload_bytes)
-    event_id = event_id_of(doc.get("event_id"))
+    event_id, event_type, payload, endpoint = parse_event(doc, max_payload_bytes)
     ids = await store.enqueue(conn, event_type, payload, event_id, endpoint)
     return {"event_id": event_id, "deliveries": ids}
 

@@ -7,10 +7,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dispatcher.cli import _read_events
 from dispatcher.errors import BadInput
 from dispatcher.models import validate_headers
-from dispatcher.service import spec_from_fields
+from dispatcher.service import read_events, spec_from_fields
 from dispatcher.signing import validate_secret
 from dispatcher.ssrf import validate_url
 
@@ -82,7 +81,7 @@ def test_enqueue_files(tmp_path: Path, content: list[str]) -> None:
     f = tmp_path / "events.jsonl"
     f.write_text("\n".join(content), encoding="utf-8", errors="surrogatepass")
     try:
-        events = _read_events(str(f), 256 * 1024)
+        events = read_events(str(f), 256 * 1024)
     except BadInput as exc:
         assert str(exc).startswith(str(f))
         return
