@@ -37,6 +37,19 @@ def split(total: int, workers: int, index: int, salt: int) -> int:
     return base + (1 if (index - salt) % workers < extra else 0)
 
 
+def _tokens(limiter: AsyncLimiter, burst: int) -> int:
+    """Whole tokens in the bucket now (has_capacity is monotonic: bisect it,
+    rather than asking once per possible token on every claim)."""
+    lo, hi = 0, burst
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if limiter.has_capacity(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 class Gate:
     __slots__ = (
         "adaptive",
@@ -139,9 +152,9 @@ class Gate:
             # The tokens there now, plus what refills within the lookahead:
             # no claimed row waits for a token much longer than a second,
             # so none outlives its lease however slow the rate.
-            burst = self._burst()
-            now_tokens = next((k for k in range(burst, 0, -1) if self.limiter.has_capacity(k)), 0)
-            ahead = now_tokens + math.floor(self.rate_share * RATE_LOOKAHEAD_S)
+            ahead = _tokens(self.limiter, self._burst()) + math.floor(
+                self.rate_share * RATE_LOOKAHEAD_S
+            )
             n = min(n, ahead - self.claimed)
         return max(n, 0)
 
