@@ -58,6 +58,8 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 import asyncpg
 
+from dispatcher.embedded import with_database
+
 TARGET_PER_MIN = 150_000
 DEFAULT_DB = "dispatcher_bench"
 EVENT_TYPE = "bench.fast"
@@ -395,11 +397,6 @@ class Receiver:
 
 
 # ------------------------------------------------------------ the database
-
-
-def with_database(url: str, name: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path="/" + name))
 
 
 def _redact(url: str) -> str:

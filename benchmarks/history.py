@@ -23,29 +23,18 @@ import os
 import statistics
 import sys
 import time
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
 from dispatcher import store
+from dispatcher.embedded import with_database
 
 ENDPOINTS = 20
 PENDING = 2000
 
 
-def _db(url: str, name: str) -> str:
-    return urlunsplit(urlsplit(url)._replace(path="/" + name))
-
-
 async def _fresh(server: str, name: str) -> asyncpg.Connection:
-    admin = await asyncpg.connect(server)
-    try:
-        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        await admin.execute(f"CREATE DATABASE {name}")
-    finally:
-        await admin.close()
-    conn = await asyncpg.connect(_db(server, name))
-    await store.migrate(conn)
+    conn = await asyncpg.connect(await store.recreate_database(server, name))
     await conn.execute(
         "INSERT INTO endpoints (url, secret) SELECT 'https://example.com/' || g,"
         " 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' FROM generate_series(1, $1) g",
@@ -131,7 +120,7 @@ async def main(argv: list[str]) -> int:
         report["claim_big_history"] = _summary(await _claim_times(big, 300))
 
         # Retention while claiming: the maintenance task's batched deletes.
-        claimer = await asyncpg.connect(_db(server, "dispatcher_hist_big"))
+        claimer = await asyncpg.connect(with_database(server, "dispatcher_hist_big"))
         done = asyncio.Event()
         during: list[float] = []
 

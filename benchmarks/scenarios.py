@@ -48,6 +48,8 @@ from typing import Any
 import aiohttp
 import asyncpg
 
+from dispatcher.embedded import with_database
+
 from .harness import (
     DB_COUNTERS,
     RESULT_COLUMNS,
@@ -75,7 +77,6 @@ from .harness import (
     rate_since,
     run_argv,
     settle,
-    with_database,
 )
 from .harness import HTTP_SQL as HARNESS_HTTP_SQL
 

@@ -16,7 +16,6 @@ import secrets
 import time
 from dataclasses import replace
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import orjson
@@ -73,30 +72,6 @@ class DemoReceivers:
             await self.runner.cleanup()
 
 
-def _with_database(url: str, name: str) -> str:
-    return urlunsplit(urlsplit(url)._replace(path="/" + name))
-
-
-async def _fresh_database(server_url: str, name: str) -> str:
-    admin = await store.connect(server_url)
-    try:
-        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        await admin.execute(f"CREATE DATABASE {name}")
-    finally:
-        await admin.close()
-    url = _with_database(server_url, name)
-    conn = await store.connect(url)
-    try:
-        await store.migrate(conn)
-    finally:
-        await conn.close()
-    return url
-
-
-def _conversion(i: int) -> str:
-    return orjson.dumps({"click_id": f"c{i}", "payout": 1.5}).decode()
-
-
 async def _setup(conn: asyncpg.Connection, port: int, events: int) -> dict[int, str]:
     base: dict[str, Any] = {
         "retry_base_ms": 300,
@@ -150,7 +125,7 @@ async def run_demo(
     if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", database):
         raise BadInput("--database must be a plain lower-case identifier")
     server_url = resolve_database_url(settings.database_url, settings.home)
-    url = await _fresh_database(server_url, database)
+    url = await store.recreate_database(server_url, database)
     receivers = DemoReceivers()
     await receivers.start()
     token = settings.admin_token or secrets.token_urlsafe(12)

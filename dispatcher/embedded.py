@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from .errors import OperationalError
 
@@ -39,6 +40,11 @@ def embedded_url(home: Path) -> str:
         except Exception as exc:
             raise OperationalError(f"embedded PostgreSQL failed to start: {exc}") from None
     return str(server.get_uri())
+
+
+def with_database(url: str, name: str) -> str:
+    """The same server URL, pointing at database `name`."""
+    return urlunsplit(urlsplit(url)._replace(path="/" + name))
 
 
 def resolve_database_url(database_url: str | None, home: Path) -> str:

@@ -34,7 +34,9 @@ DEFAULT_PENDING_AGE_S = 1800.0
 DEFAULT_P95_MS = 2000.0
 
 
-async def alerts(conn: Conn, settings: Settings) -> dict[str, dict[str, Any]]:
+async def alerts(
+    conn: Conn, settings: Settings, *, refresh: bool = True
+) -> dict[str, dict[str, Any]]:
     """Each alert with its current value, threshold and whether it fires.
 
     - dead_letters_rising: dead letters created in the last hour exceed those
@@ -50,7 +52,7 @@ async def alerts(conn: Conn, settings: Settings) -> dict[str, dict[str, Any]]:
     oldest_age = row["oldest_pending_age_s"]
     slow = [
         r["endpoint_id"]
-        for r in await store.endpoint_health(conn, settings.latency_window_s)
+        for r in await store.endpoint_health(conn, settings.latency_window_s, refresh=refresh)
         if r["sample_count"] >= 20 and r["p95_ms"] is not None and r["p95_ms"] > DEFAULT_P95_MS
     ]
     return {

@@ -19,6 +19,7 @@ import orjson
 from asyncpg.pool import PoolConnectionProxy
 
 from .breaker import Breaker, BreakerState
+from .embedded import with_database
 from .errors import BadInput, OperationalError, UnknownEndpoint
 from .models import Delivery, Endpoint, EndpointSpec, Outcome
 from .secretbox import SecretBox, seal, unseal
@@ -79,6 +80,26 @@ async def create_pool(url: str, *, size: int = 4, synchronous_commit: bool = Tru
         raise OperationalError(f"cannot connect to the database: {_one_line(exc)}") from None
     assert pool is not None
     return pool
+
+
+async def recreate_database(server_url: str, name: str) -> str:
+    """Drops and creates database `name` on the server, migrated; returns its URL.
+
+    For the demo and the benchmarks, which want a clean slate each run.
+    """
+    admin = await connect(server_url)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    url = with_database(server_url, name)
+    conn = await connect(url)
+    try:
+        await migrate(conn)
+    finally:
+        await conn.close()
+    return url
 
 
 def _one_line(exc: BaseException) -> str:
@@ -466,8 +487,13 @@ async def health_summary(conn: Conn) -> dict[str, Any]:
     return out
 
 
-async def endpoint_health(conn: Conn, window_s: float) -> list[dict[str, Any]]:
-    await refresh_percentiles(conn, window_s)
+async def endpoint_health(
+    conn: Conn, window_s: float, *, refresh: bool = True
+) -> list[dict[str, Any]]:
+    """Per endpoint breaker and percentiles; `refresh` recomputes the
+    percentiles first (a scan of the window) instead of reading the stored ones."""
+    if refresh:
+        await refresh_percentiles(conn, window_s)
     return [dict(r) for r in await conn.fetch(Q["endpoint_health_report"])]
 
 

@@ -14,12 +14,12 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
 
 from dispatcher import store
+from dispatcher.embedded import with_database
 from tests.receivers import Receiver
 
 # Environment the tests must not inherit from the developer's shell.
@@ -27,11 +27,6 @@ for _name in [k for k in os.environ if k.startswith("DISPATCHER_")]:
     os.environ.pop(_name)
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def with_database(url: str, name: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path="/" + name))
 
 
 @pytest.fixture(scope="session")
