@@ -13,6 +13,7 @@ worker may take the probe.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 MAX_COOLDOWN_S = 3600.0
@@ -90,9 +91,8 @@ def probe_due(b: Breaker, now: float) -> bool:
     )
 
 
-def begin_probe(b: Breaker, now: float) -> Breaker:
-    if not probe_due(b, now):
-        return b
+def half_open(b: Breaker) -> Breaker:
+    """The probe was won (the store decides who, once the cooldown ran out)."""
     return replace(b, state=BreakerState.HALF_OPEN)
 
 
@@ -101,7 +101,32 @@ def admits(b: Breaker) -> bool:
     return b.state is BreakerState.CLOSED
 
 
-def open_until(b: Breaker) -> float | None:
-    if b.state is BreakerState.CLOSED or b.opened_at is None:
-        return None
-    return b.opened_at + b.cooldown_s
+@dataclass(frozen=True, slots=True)
+class Transition:
+    from_state: BreakerState
+    to_state: BreakerState
+    cooldown_s: float
+
+
+def fold(
+    b: Breaker,
+    successes: Iterable[bool],
+    now: float,
+    *,
+    threshold: int,
+    base_cooldown_s: float,
+) -> tuple[Breaker, list[Transition]]:
+    """Applies attempt results, in the order the attempts were sent; returns
+    the new breaker and every state change on the way. The one place
+    transitions are computed, for the local view and the stored one alike."""
+    transitions: list[Transition] = []
+    for ok in successes:
+        nb = (
+            on_success(b, now, base_cooldown_s=base_cooldown_s)
+            if ok
+            else on_failure(b, now, threshold=threshold)
+        )
+        if nb.state is not b.state:
+            transitions.append(Transition(b.state, nb.state, nb.cooldown_s))
+        b = nb
+    return b, transitions

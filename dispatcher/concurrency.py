@@ -70,8 +70,3 @@ def on_success(s: Limit, latency_ms: float, now: float) -> Limit:
 def on_overload(s: Limit, now: float) -> Limit:
     """A timeout, 429 or 503: the endpoint says it has too much."""
     return _decrease(s, 0.5, now)
-
-
-def on_other_failure(s: Limit) -> Limit:
-    """Errors that say nothing about load (4xx, refused connections) leave it."""
-    return s

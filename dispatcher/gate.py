@@ -1,8 +1,13 @@
 """The per-endpoint gate: token bucket, semaphore, adaptive limit, breaker view.
 
-One Gate per endpoint per process. It answers two questions for the engine:
-how many rows of this endpoint the next claim may take (so a claim never
-holds rows it cannot start soon), and whether a claimed row may be sent now.
+One Gate per endpoint per process, and `Gates` holds them. A gate answers
+two questions for the engine: how many rows of this endpoint the next claim
+may take (so a claim never holds rows it cannot start soon), and whether a
+claimed row may be sent now.
+
+A gate owns its state: other modules tell it what happened (`claimed`,
+`sent`, `completed`, `released`, `probe_won`, `sync`, `breaker_written`) and
+ask it questions; none assigns its fields.
 
 Limits hold for the endpoint as a whole: with n live workers each gate runs
 on its share (see `split`), re-balanced as workers come and go.
@@ -11,15 +16,19 @@ on its share (see `split`), re-balanced as workers come and go.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import math
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 from aiolimiter import AsyncLimiter
 
 from . import concurrency
-from .breaker import Breaker, BreakerState, admits
-from .models import Endpoint
+from .breaker import Breaker, BreakerState, admits, effective_threshold, fold, half_open
+from .models import AttemptResult, Endpoint, Verdict
 from .sender import EndpointWire
+from .store import EndpointState
 
 # Rows of a rate-limited endpoint claimed ahead of their tokens: about this
 # many seconds of its rate, so claimed rows wait for a token briefly, never
@@ -50,41 +59,75 @@ def _tokens(limiter: AsyncLimiter, burst: int) -> int:
     return lo
 
 
+class SendOrder:
+    """Puts attempt results back in the order the attempts were sent.
+
+    Requests finish out of order: a reset comes back at once while the
+    successes sent before it are still on the wire. Counted in completion
+    order, scattered failures would look like a run and open the breaker; so
+    a result is released only once every attempt sent before it has ended.
+    """
+
+    __slots__ = ("_done", "_next", "_open")
+
+    def __init__(self) -> None:
+        self._next = 0
+        self._open: list[int] = []  # heap of sequence numbers still on the wire
+        self._done: dict[int, bool | None] = {}
+
+    def sent(self) -> int:
+        seq = self._next
+        self._next += 1
+        heapq.heappush(self._open, seq)
+        return seq
+
+    def completed(self, seq: int, ok: bool | None) -> list[bool]:
+        """Records one result (None: the attempt never counted); returns the
+        results now in order, oldest first."""
+        self._done[seq] = ok
+        ready: list[bool] = []
+        while self._open and self._open[0] in self._done:
+            result = self._done.pop(heapq.heappop(self._open))
+            if result is not None:
+                ready.append(result)
+        return ready
+
+
 class Gate:
     __slots__ = (
         "adaptive",
         "breaker",
         "claimed",
-        "db_clean",
         "endpoint",
         "limiter",
         "max_share",
+        "order",
         "p95_ms",
         "paused_until",
         "probe_sent",
         "probing",
         "rate_share",
         "sem",
-        "success_written_at",
         "wire",
     )
 
     def __init__(self, endpoint: Endpoint, wire: EndpointWire, breaker: Breaker) -> None:
         self.endpoint = endpoint
         self.wire = wire
-        self.breaker = breaker
+        self.breaker = breaker  # this process's view; the database's is the truth
         self.max_share = endpoint.max_in_flight  # this process's part of max_in_flight
         self.rate_share = endpoint.rate_per_s
         self.sem = asyncio.Semaphore(endpoint.max_in_flight)
         self.limiter = self._limiter()
         self.adaptive = concurrency.initial(endpoint.max_in_flight)
+        self.order = SendOrder()
         self.claimed = 0  # claimed by this process, outcome not yet buffered
         self.probing = False  # this process won the half-open probe
         self.probe_sent = False
         self.p95_ms: float | None = None
         self.paused_until = 0.0  # monotonic; Retry-After pauses the endpoint
-        self.success_written_at = 0.0
-        self.db_clean = False  # the stored breaker is closed with no failures
+
+    # ------------------------------------------------------------ configuration
 
     def reconfigure(self, endpoint: Endpoint, wire: EndpointWire) -> None:
         old = self.endpoint
@@ -114,6 +157,16 @@ class Gate:
         self.limiter = self._limiter()
         self.adaptive = concurrency.resize(self.adaptive, max(share, 1))
 
+    def sync(self, state: EndpointState, worker: str, now_mono: float) -> None:
+        """What the database says now: the stored breaker (the truth, other
+        workers' outcomes included), who holds the probe, p95, a pause."""
+        self.p95_ms = state.p95_ms
+        self.paused_until = max(self.paused_until, now_mono + state.paused_for_s)
+        self.breaker = state.breaker
+        self.probing = state.breaker.state is BreakerState.HALF_OPEN and state.probe_owner == worker
+        if not self.probing:
+            self.probe_sent = False
+
     def _burst(self) -> int:
         ep = self.endpoint
         assert self.rate_share is not None and ep.rate_per_s is not None
@@ -128,8 +181,13 @@ class Gate:
         # time_period: capacity `burst` refilled at rate_share per second.
         return AsyncLimiter(burst, burst / self.rate_share)
 
+    # ------------------------------------------------------------ questions
+
     def paused_for(self, now: float | None = None) -> float:
         return max(0.0, self.paused_until - (time.monotonic() if now is None else now))
+
+    def may_probe(self) -> bool:
+        return not self.probing and self.max_share > 0 and self.endpoint.enabled
 
     def sendable(self) -> bool:
         """Ordinary traffic may flow, or this process holds the probe."""
@@ -161,3 +219,127 @@ class Gate:
     def lease_s(self, margin_s: float) -> float:
         # The wait for a token is bounded by RATE_LOOKAHEAD_S via budget().
         return self.endpoint.timeout_ms / 1000 + RATE_LOOKAHEAD_S + margin_s
+
+    # ------------------------------------------------------------ what happened
+
+    def probe_won(self) -> None:
+        self.breaker = half_open(self.breaker)
+        self.probing = True
+        self.probe_sent = False
+
+    def claimed_row(self) -> None:
+        self.claimed += 1
+        if self.probing:
+            self.probe_sent = True
+
+    def released(self, *, spent: bool) -> None:
+        """A claimed row's outcome was handed to the recorder."""
+        self.claimed -= 1
+        if not spent and self.probing:
+            self.probe_sent = False  # the probe went back unsent: it may be claimed again
+
+    def completed(
+        self, seq: int, result: AttemptResult | None, pause_s: float | None, db_now: float
+    ) -> list[bool]:
+        """An attempt sent as `seq` ended (None: it never counted). Updates
+        this process's view (so it stops sending at once) and returns the
+        results now in send order, for the stored breaker."""
+        mono = time.monotonic()
+        if result is not None:
+            if result.verdict is Verdict.SUCCESS:
+                self.adaptive = concurrency.on_success(self.adaptive, result.response_ms, mono)
+            elif result.overloaded:
+                self.adaptive = concurrency.on_overload(self.adaptive, mono)
+            if result.gone:
+                self.endpoint = replace(self.endpoint, enabled=False)
+        if pause_s:
+            self.paused_until = max(self.paused_until, mono + pause_s)
+        ok = None if result is None else result.verdict is Verdict.SUCCESS
+        ready = self.order.completed(seq, ok)
+        if ready and (not all(ready) or not self._clean()):
+            self.breaker, _ = fold(
+                self.breaker,
+                ready,
+                db_now,
+                threshold=self.threshold(),
+                base_cooldown_s=self.endpoint.cooldown_s,
+            )
+        return ready
+
+    def _clean(self) -> bool:
+        b = self.breaker
+        return b.state is BreakerState.CLOSED and b.consecutive_failures == 0
+
+    def threshold(self) -> int:
+        return effective_threshold(self.endpoint.failure_threshold, self.p95_ms)
+
+    def breaker_written(self, b: Breaker) -> None:
+        """The recorder stored this breaker: it is the truth now."""
+        self.breaker = b
+        if b.state is not BreakerState.HALF_OPEN:
+            self.probing = False
+            self.probe_sent = False
+
+
+class Gates:
+    """Every endpoint's gate in this process, in a stable order for claims."""
+
+    def __init__(self, wire: Callable[[Endpoint], EndpointWire]) -> None:
+        self._wire = wire
+        self._gates: dict[int, Gate] = {}
+        self.ids: list[int] = []  # rotated per claim by the planner's caller
+
+    def __getitem__(self, endpoint_id: int) -> Gate:
+        return self._gates[endpoint_id]
+
+    def get(self, endpoint_id: int) -> Gate | None:
+        return self._gates.get(endpoint_id)
+
+    def __iter__(self) -> Iterator[Gate]:
+        return iter(self._gates.values())
+
+    def __len__(self) -> int:
+        return len(self._gates)
+
+    def sync(
+        self, states: list[EndpointState], worker: str, workers: int, index: int
+    ) -> list[Gate]:
+        """Applies a refresh; returns the gates whose probe may be due."""
+        now_mono = time.monotonic()
+        seen = set()
+        due = []
+        for state in states:
+            endpoint = state.endpoint
+            seen.add(endpoint.id)
+            gate = self._gates.get(endpoint.id)
+            if gate is None:
+                gate = self._gates[endpoint.id] = Gate(
+                    endpoint, self._wire(endpoint), state.breaker
+                )
+                self.ids.append(endpoint.id)
+            elif gate.endpoint != endpoint:
+                old = gate.endpoint
+                wire = gate.wire
+                if (old.url, old.secrets, old.timeout_ms, old.headers) != (
+                    endpoint.url,
+                    endpoint.secrets,
+                    endpoint.timeout_ms,
+                    endpoint.headers,
+                ):
+                    wire = self._wire(endpoint)
+                gate.reconfigure(endpoint, wire)
+            gate.apply_share(workers, index)
+            gate.sync(state, worker, now_mono)
+            if state.breaker.state is not BreakerState.CLOSED:
+                due.append(gate)
+        for gone in set(self._gates) - seen:
+            if self._gates[gone].claimed == 0:
+                del self._gates[gone]
+                self.ids.remove(gone)
+        return due
+
+    def breakers_written(self, breakers: dict[int, Breaker]) -> None:
+        for endpoint_id, b in breakers.items():
+            gate = self._gates.get(endpoint_id)
+            if gate is not None:
+                gate.breaker_written(b)

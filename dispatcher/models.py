@@ -6,7 +6,7 @@ Stdlib only. Nothing here performs I/O or reads the clock.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import NamedTuple
 
 
@@ -27,10 +27,14 @@ class Verdict(enum.Enum):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Endpoint:
-    id: int
-    url: str
-    secrets: tuple[str, ...]  # current first, then rotated-out ones still in grace
+class EndpointSettings:
+    """An endpoint's tunables and their defaults: the one place they are written.
+
+    The CLI's flags, the API's fields, the store and the engine all take
+    their defaults from here (the schema's column defaults mirror them for
+    rows inserted by hand; a test keeps the two in step).
+    """
+
     event_types: tuple[str, ...] = ("*",)
     rate_per_s: float | None = None
     burst: int | None = None
@@ -40,14 +44,26 @@ class Endpoint:
     retry_base_ms: int = 30_000
     retry_cap_ms: int = 3_600_000
     failure_threshold: int = 10
-    cooldown_s: int = 300
-    enabled: bool = True
+    cooldown_s: float = 300.0
     headers: tuple[tuple[str, str], ...] = ()
+
+
+SETTING_NAMES = tuple(f.name for f in fields(EndpointSettings))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Endpoint(EndpointSettings):
+    """An endpoint as the engine sends to it: secrets unsealed, newest first."""
+
+    id: int
+    url: str
+    secrets: tuple[str, ...]  # current first, then rotated-out ones still in grace
+    enabled: bool = True
 
 
 @dataclass(slots=True)
 class Delivery:
-    """A claimed row; mutable only so the engine can attach timing."""
+    """A claimed row; mutable only so the engine can mark it sent."""
 
     id: int
     endpoint_id: int
@@ -56,7 +72,7 @@ class Delivery:
     attempt_count: int  # attempts recorded before this one
     max_attempts: int
     started: bool = False  # on the wire: a shutdown gives it the grace period
-    done: bool = False  # its outcome was handed to the recorder (exactly once)
+    seq: int = -1  # its place in the endpoint's send order, once sent
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -118,22 +134,11 @@ def _positive(name: str, value: float | None, *, allow_zero: bool = False) -> No
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class EndpointSpec:
+class EndpointSpec(EndpointSettings):
     """What a user asks for when creating or updating an endpoint."""
 
     url: str
     secret: str | None = None
-    event_types: tuple[str, ...] = ("*",)
-    rate_per_s: float | None = None
-    burst: int | None = None
-    max_in_flight: int = 100
-    timeout_ms: int = 15_000
-    max_attempts: int = 5
-    retry_base_ms: int = 30_000
-    retry_cap_ms: int = 3_600_000
-    failure_threshold: int = 10
-    cooldown_s: float = 300.0
-    headers: tuple[tuple[str, str], ...] = ()
 
     def validate(self) -> None:
         from .errors import BadInput

@@ -64,13 +64,17 @@ WITH o AS (
 SELECT coalesce(array_agg(lag_s) FILTER (WHERE lag_s IS NOT NULL), '{}') FROM upd;
 
 -- name: lock_health
-SELECT endpoint_id, state, consecutive_failures,
-       extract(epoch FROM opened_at)::float8 AS opened_at, cooldown_seconds,
-       extract(epoch FROM last_failure_at)::float8 AS last_failure_at,
-       extract(epoch FROM last_success_at)::float8 AS last_success_at, p95_ms
-FROM endpoint_health WHERE endpoint_id = ANY($1::bigint[])
-ORDER BY endpoint_id
-FOR UPDATE;
+-- The stored breakers of a flush, locked, with what the fold needs: the
+-- endpoint's own threshold and base cooldown, and the database clock.
+SELECT h.endpoint_id, h.state, h.consecutive_failures,
+       extract(epoch FROM h.opened_at)::float8 AS opened_at, h.cooldown_seconds,
+       extract(epoch FROM h.last_failure_at)::float8 AS last_failure_at,
+       extract(epoch FROM h.last_success_at)::float8 AS last_success_at, h.p95_ms,
+       e.failure_threshold, e.cooldown_s, extract(epoch FROM now())::float8 AS db_now
+FROM endpoint_health h JOIN endpoints e ON e.id = h.endpoint_id
+WHERE h.endpoint_id = ANY($1::bigint[])
+ORDER BY h.endpoint_id
+FOR UPDATE OF h;
 
 -- name: store_health
 UPDATE endpoint_health h
@@ -142,6 +146,9 @@ SELECT * FROM endpoints ORDER BY id;
 
 -- name: get_endpoint
 SELECT * FROM endpoints WHERE id = $1;
+
+-- name: lock_endpoint
+SELECT * FROM endpoints WHERE id = $1 FOR UPDATE;
 
 -- name: set_enabled
 UPDATE endpoints
@@ -302,13 +309,6 @@ SELECT (SELECT max(id) FROM batch) AS last_id,
 -- name: notify_due
 SELECT pg_notify('dispatcher_due', '');
 
--- name: due_sendable
-SELECT EXISTS (
-    SELECT 1 FROM webhook_queue w JOIN endpoints e ON e.id = w.endpoint_id
-    JOIN endpoint_health h ON h.endpoint_id = w.endpoint_id
-    WHERE w.status IN ('pending', 'failed', 'in_flight') AND w.next_attempt_at <= now()
-      AND e.enabled AND h.state = 'closed');
-
 -- name: deliveries_for_event
 SELECT id, endpoint_id, event_id, event_type, status, attempt_count, max_attempts,
        created_at, next_attempt_at, delivered_at, last_error, last_status_code,
@@ -354,20 +354,12 @@ WHERE w.event_id = $1
 ORDER BY l.delivery_id, l.measured_at;
 
 -- name: update_endpoint
+-- The service merges a patch over the locked current row and validates the
+-- whole result; every setting is written back.
 UPDATE endpoints SET
-    url = coalesce($2, url),
-    event_types = coalesce($3, event_types),
-    rate_per_s = CASE WHEN $13 THEN $4 ELSE rate_per_s END,
-    burst = CASE WHEN $14 THEN $5 ELSE burst END,
-    max_in_flight = coalesce($6, max_in_flight),
-    timeout_ms = coalesce($7, timeout_ms),
-    max_attempts = coalesce($8, max_attempts),
-    retry_base_ms = coalesce($9, retry_base_ms),
-    retry_cap_ms = coalesce($10, retry_cap_ms),
-    failure_threshold = coalesce($11, failure_threshold),
-    cooldown_s = coalesce($12, cooldown_s),
-    headers = coalesce($15::jsonb, headers),
-    updated_at = now()
+    url = $2, event_types = $3, rate_per_s = $4, burst = $5, max_in_flight = $6,
+    timeout_ms = $7, max_attempts = $8, retry_base_ms = $9, retry_cap_ms = $10,
+    failure_threshold = $11, cooldown_s = $12, headers = $13::jsonb, updated_at = now()
 WHERE id = $1
 RETURNING *;
 
@@ -414,3 +406,10 @@ UPDATE endpoint_health h
 SET paused_until = greatest(h.paused_until, now() + make_interval(secs => p.wait_s))
 FROM unnest($1::bigint[], $2::float8[]) AS p(endpoint_id, wait_s)
 WHERE h.endpoint_id = p.endpoint_id;
+
+-- name: status_counts
+SELECT status, count(*) AS n FROM webhook_queue GROUP BY status;
+
+-- name: breaker_transitions
+SELECT endpoint_id, from_state, to_state, cooldown_seconds, at
+FROM breaker_transitions ORDER BY at OFFSET $1;

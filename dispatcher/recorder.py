@@ -1,31 +1,41 @@
 """The recorder: buffers outcomes and writes them back in batched transactions.
 
 One transaction per flush: every outcome of the batch in one statement (with
-its latency samples), then, only for endpoints whose stored breaker can
-change, the breaker rows locked, the pure transitions applied in order, and
-the new states and transitions written; 410s disable endpoints and
-Retry-After pauses reach every worker. An outcome is never dropped: a failed
-write keeps the batch for the next try.
+its latency samples); then, for endpoints whose stored breaker can change,
+the breaker rows locked, the attempt results folded in the order they were
+sent (breaker.fold: the one place transitions are computed), the new states
+and transitions written and logged, once; 410s disable endpoints and
+Retry-After pauses reach every worker.
+
+It decides nothing about gates: it hands the breakers it stored to
+`on_written`, and the engine's gates take them from there.
+
+An outcome is never dropped: a failed write keeps the batch for the next
+try. The buffer is bounded by the worker's max_in_flight, since nothing new
+is claimed while the database is unreachable.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable
 
 import asyncpg
 
 from . import log, store
-from .breaker import Breaker, BreakerState, effective_threshold, on_failure, on_success
-from .gate import Gate
+from .breaker import Breaker, BreakerState, fold
+from .connectivity import Connectivity
+from .db import DATABASE_ERRORS, Conn
 from .metrics import Metrics
-from .models import Outcome, Stats, Status
+from .models import Outcome, Stats
 from .settings import Settings
 
 # How long a flush failure waits before trying again; outcomes stay buffered.
 FLUSH_RETRY_S = 1.0
+# Successes alone skip the breaker write for an endpoint whose stored
+# breaker this recorder wrote clean this recently.
+QUIET_S = 1.0
 
 
 class Recorder:
@@ -34,30 +44,38 @@ class Recorder:
         pool: asyncpg.Pool,
         *,
         worker: str,
-        gates: dict[int, Gate],
         stats: Stats,
         settings: Settings,
         metrics: Metrics | None,
-        db_now: Callable[[], float],
-        in_flight: Callable[[], int],
+        connectivity: Connectivity,
+        on_written: Callable[[dict[int, Breaker]], None],
     ) -> None:
         self._pool = pool
         self.worker = worker
-        self._gates = gates
         self.stats = stats
         self.metrics = metrics
-        self._db_now = db_now
-        self._in_flight = in_flight
+        self._db = connectivity
+        self._on_written = on_written
         self._flush_size = settings.flush_size
         self._flush_interval_s = settings.flush_interval_s
         self._buffer: list[Outcome] = []
+        self._results: dict[int, list[bool]] = {}  # attempt results in send order
+        self._clean_at: dict[int, float] = {}  # when a clean closed breaker was stored
         self._flush_wanted = asyncio.Event()
         self._flush_lock = asyncio.Lock()
+
+    @property
+    def waiting(self) -> int:
+        """Outcomes not yet written (for health and metrics)."""
+        return len(self._buffer)
 
     def add(self, outcome: Outcome) -> None:
         self._buffer.append(outcome)
         if len(self._buffer) >= self._flush_size or len(self._buffer) == 1:
             self._flush_wanted.set()
+
+    def add_results(self, endpoint_id: int, results: list[bool]) -> None:
+        self._results.setdefault(endpoint_id, []).extend(results)
 
     async def run(self) -> None:
         while True:
@@ -67,53 +85,51 @@ class Recorder:
             self._flush_wanted.clear()
             try:
                 await self.flush_all()
-            except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-                log.event("flush_failed", logging.WARNING, error=str(exc)[:200])
+            except DATABASE_ERRORS as exc:
+                self._db.failed("flush", exc)
                 await asyncio.sleep(FLUSH_RETRY_S)
                 self._flush_wanted.set()
+            else:
+                self._db.ok()
 
     async def flush_all(self) -> None:
         async with self._flush_lock:
-            while self._buffer:
-                batch = self._buffer
-                self._buffer = []
+            while self._buffer or self._results:
+                batch, self._buffer = self._buffer, []
+                results, self._results = self._results, {}
                 try:
-                    await self._write(batch)
+                    await self._write(batch, results)
                 except BaseException:
                     # Keep them for the next try: an outcome is never dropped.
                     self._buffer = batch + self._buffer
+                    for eid, later in self._results.items():
+                        results.setdefault(eid, []).extend(later)
+                    self._results = results
                     raise
 
-    async def _write(self, batch: list[Outcome]) -> None:
-        spent: dict[int, list[Outcome]] = {}
-        for o in batch:
-            if o.spent_attempt:
-                spent.setdefault(o.endpoint_id, []).append(o)
+    def _touched(self, results: dict[int, list[bool]], now_mono: float) -> list[int]:
+        """Endpoints whose stored breaker these results may change."""
+        return sorted(
+            eid
+            for eid, oks in results.items()
+            if not (all(oks) and now_mono - self._clean_at.get(eid, float("-inf")) < QUIET_S)
+        )
+
+    async def _write(self, batch: list[Outcome], results: dict[int, list[bool]]) -> None:
         now_mono = time.monotonic()
-        touched = []
-        for eid, outs in spent.items():
-            gate = self._gates.get(eid)
-            # Skip the health write only when the stored breaker is already
-            # closed and clean (the local view runs ahead of the database).
-            quiet = (
-                gate is not None
-                and gate.db_clean
-                and all(o.status is Status.DELIVERED for o in outs)
-                and now_mono - gate.success_written_at < 1.0
-            )
-            if not quiet:
-                touched.append(eid)
+        touched = self._touched(results, now_mono)
         gone = sorted({o.endpoint_id for o in batch if o.disable_endpoint})
         pauses: dict[int, float] = {}
         for o in batch:
             if o.pause_s:
                 pauses[o.endpoint_id] = max(pauses.get(o.endpoint_id, 0.0), o.pause_s)
         t0 = time.perf_counter()
+        written: dict[int, Breaker] = {}
         async with self._pool.acquire() as conn, conn.transaction():
-            lags = await store.record_outcomes(conn, batch, self.worker)
+            lags = await store.record_outcomes(conn, batch, self.worker) if batch else []
             self.stats.statements += 1
             if touched:
-                await self._write_breakers(conn, sorted(touched), spent)
+                written = await self._write_breakers(conn, touched, results)
             if gone:
                 await store.disable_gone(conn, gone)
                 self.stats.statements += 1
@@ -121,6 +137,14 @@ class Recorder:
                 await store.pause_endpoints(conn, pauses)
                 self.stats.statements += 1
         self.stats.flushes += 1
+        for eid, b in written.items():
+            clean = b.state is BreakerState.CLOSED and b.consecutive_failures == 0
+            if clean:
+                self._clean_at[eid] = now_mono
+            else:
+                self._clean_at.pop(eid, None)
+        if written:
+            self._on_written(written)
         if self.metrics is not None:
             m = self.metrics
             m.flush_seconds.observe(time.perf_counter() - t0)
@@ -128,48 +152,33 @@ class Recorder:
                 (o.status.value if o.spent_attempt else "released", o.response_ms) for o in batch
             )
             m.record_lags(lags)
-            m.in_flight.set(self._in_flight())
-        for eid in touched:
-            gate = self._gates.get(eid)
-            if gate is not None:
-                gate.success_written_at = now_mono
 
     async def _write_breakers(
-        self, conn: store.Conn, ids: list[int], spent: dict[int, list[Outcome]]
-    ) -> None:
-        locked = await store.lock_breakers(conn, ids)
-        now = self._db_now()
+        self, conn: Conn, ids: list[int], results: dict[int, list[bool]]
+    ) -> dict[int, Breaker]:
+        db_now, locked = await store.lock_breakers(conn, ids)
         new: dict[int, tuple[Breaker, int]] = {}
         transitions: list[tuple[int, str, str, float]] = []
-        for eid, (b, p95) in locked.items():
-            gate = self._gates.get(eid)
-            ep = gate.endpoint if gate is not None else None
-            threshold = effective_threshold(ep.failure_threshold if ep else 10, p95)
-            base_cooldown = ep.cooldown_s if ep else b.cooldown_s
-            before = b.state
-            for o in spent[eid]:
-                if o.status is Status.DELIVERED:
-                    b = on_success(b, now, base_cooldown_s=base_cooldown)
-                else:
-                    b = on_failure(b, now, threshold=threshold)
-                if b.state is not before:
-                    transitions.append((eid, before.value, b.state.value, b.cooldown_s))
-                    log.event(
-                        "breaker_transition",
-                        endpoint_id=eid,
-                        from_state=before.value,
-                        to_state=b.state.value,
-                        cooldown_s=b.cooldown_s,
-                    )
-                    self.stats.breaker_transitions.append((eid, before.value, b.state.value))
-                    before = b.state
-            new[eid] = (b, threshold)
-            if gate is not None:
-                gate.breaker = b
-                gate.db_clean = b.state is BreakerState.CLOSED and b.consecutive_failures == 0
-                if b.state is not BreakerState.HALF_OPEN:
-                    gate.probing = False
-                    gate.probe_sent = False
+        for eid, stored in locked.items():
+            b, changes = fold(
+                stored.breaker,
+                results[eid],
+                db_now,
+                threshold=stored.threshold,
+                base_cooldown_s=stored.base_cooldown_s,
+            )
+            for t in changes:
+                transitions.append((eid, t.from_state.value, t.to_state.value, t.cooldown_s))
+                log.event(
+                    "breaker_transition",
+                    endpoint_id=eid,
+                    from_state=t.from_state.value,
+                    to_state=t.to_state.value,
+                    cooldown_s=t.cooldown_s,
+                )
+                self.stats.breaker_transitions.append((eid, t.from_state.value, t.to_state.value))
+            new[eid] = (b, stored.threshold)
         await store.store_breakers(conn, new)
         await store.record_transitions(conn, transitions)
         self.stats.statements += 3
+        return {eid: b for eid, (b, _) in new.items()}

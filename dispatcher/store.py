@@ -1,187 +1,25 @@
-"""The data-access module: the only place that runs SQL.
+"""Data access for the worker's hot path: claims, outcomes, breakers, probes,
+heartbeats and maintenance.
 
-Queries live in queries.sql as named blocks and migrations in schema/; this
-module binds them to asyncpg connections. It never makes delivery decisions:
-callers hand it decided values (claims budgets, outcomes, breaker states).
+Binds named queries (queries.sql) to connections. It never makes delivery
+decisions: callers hand it decided values (claim budgets, outcomes, breaker
+states) and it persists them.
 """
 
 from __future__ import annotations
 
-import importlib.resources
-import re
-from collections.abc import Iterable, Sequence
-from datetime import datetime
-from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import asyncpg
-import orjson
-from asyncpg.pool import PoolConnectionProxy
 
-from .breaker import Breaker, BreakerState
-from .embedded import with_database
-from .errors import BadInput, OperationalError, UnknownEndpoint
-from .models import Delivery, Endpoint, EndpointSpec, Outcome
-from .secretbox import SecretBox, seal, unseal
-from .signing import SIGNING_KEY_PREFIX, public_key
-
-# What every query function takes: a plain connection or one from a pool.
-Conn = asyncpg.Connection | PoolConnectionProxy
-
-MIGRATION_LOCK = 0x6469737061746368  # "dispatch"
-MAINTENANCE_LOCK = MIGRATION_LOCK + 1
-_MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
-
-
-def _load_queries() -> dict[str, str]:
-    text = importlib.resources.files("dispatcher").joinpath("queries.sql").read_text()
-    queries: dict[str, str] = {}
-    name: str | None = None
-    for line in text.splitlines():
-        if line.startswith("-- name: "):
-            name = line.removeprefix("-- name: ").strip()
-            queries[name] = ""
-        elif name is not None:
-            queries[name] += line + "\n"
-    return {k: v.strip().rstrip(";") for k, v in queries.items()}
-
-
-Q = _load_queries()
-
-
-# ---------------------------------------------------------------- connecting
-
-
-async def connect(url: str) -> asyncpg.Connection:
-    try:
-        return await asyncpg.connect(url, timeout=10)
-    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-        raise OperationalError(f"cannot connect to the database: {_one_line(exc)}") from None
-
-
-async def _keep_session(_: asyncpg.Connection) -> None:
-    """Pool reset hook that does nothing: our pooled connections never change
-    session state (no LISTEN, no SET), so the default RESET ALL round trip on
-    every release would be pure cost on the hot path."""
-
-
-async def create_pool(url: str, *, size: int = 4, synchronous_commit: bool = True) -> asyncpg.Pool:
-    settings = {} if synchronous_commit else {"synchronous_commit": "off"}
-    try:
-        pool = await asyncpg.create_pool(
-            url,
-            min_size=1,
-            max_size=size,
-            timeout=10,
-            reset=_keep_session,
-            server_settings=settings,
-        )
-    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-        raise OperationalError(f"cannot connect to the database: {_one_line(exc)}") from None
-    assert pool is not None
-    return pool
-
-
-async def recreate_database(server_url: str, name: str) -> str:
-    """Drops and creates database `name` on the server, migrated; returns its URL.
-
-    For the demo and the benchmarks, which want a clean slate each run.
-    """
-    admin = await connect(server_url)
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    url = with_database(server_url, name)
-    conn = await connect(url)
-    try:
-        await migrate(conn)
-    finally:
-        await conn.close()
-    return url
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
-# ---------------------------------------------------------------- migrations
-
-
-def _migrations() -> list[tuple[int, str, str]]:
-    found = []
-    for entry in importlib.resources.files("dispatcher.schema").iterdir():
-        m = _MIGRATION_NAME.match(entry.name)
-        if m:
-            found.append((int(m.group(1)), entry.name, entry.read_text()))
-    if not found:  # pragma: no cover - a broken install
-        raise OperationalError(f"no migrations found in {Path(__file__).parent / 'schema'}")
-    return sorted(found)
-
-
-async def migrate(conn: Conn) -> list[str]:
-    """Applies pending migrations; several processes may call it at once."""
-    applied_now: list[str] = []
-    # A session lock, held across the per-migration transactions, serialises
-    # concurrent migrators; the second one finds everything applied.
-    await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK)
-    try:
-        await conn.execute(
-            "CREATE TABLE IF NOT EXISTS dispatcher_migrations ("
-            " version integer PRIMARY KEY, name text NOT NULL,"
-            " applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        done = {r["version"] for r in await conn.fetch("SELECT version FROM dispatcher_migrations")}
-        for version, name, sql in _migrations():
-            if version in done:
-                continue
-            async with conn.transaction():
-                await conn.execute(sql)
-                await conn.execute(
-                    "INSERT INTO dispatcher_migrations (version, name) VALUES ($1, $2)",
-                    version,
-                    name,
-                )
-            applied_now.append(name)
-    finally:
-        await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
-    return applied_now
-
-
-async def migrations_current(conn: Conn) -> bool:
-    try:
-        done = {r["version"] for r in await conn.fetch("SELECT version FROM dispatcher_migrations")}
-    except asyncpg.UndefinedTableError:
-        return False
-    return all(v in done for v, _, _ in _migrations())
-
-
-async def require_schema(conn: Conn) -> None:
-    if not await migrations_current(conn):
-        raise OperationalError("the database is not migrated: run `dispatcher migrate` first")
-
+from .breaker import Breaker, BreakerState, effective_threshold
+from .catalog import settings_from_row
+from .db import MAINTENANCE_LOCK, Conn, Q
+from .models import Delivery, Endpoint, Outcome
+from .secretbox import SecretBox, unseal
 
 # ---------------------------------------------------------------- endpoints
-
-
-def _headers(raw: str | None) -> tuple[tuple[str, str], ...]:
-    return tuple(orjson.loads(raw).items()) if raw else ()
-
-
-_SETTINGS = ("rate_per_s", "burst", "max_in_flight", "timeout_ms", "max_attempts",
-             "retry_base_ms", "retry_cap_ms", "failure_threshold", "cooldown_s")  # fmt: skip
-
-
-def _settings(row: asyncpg.Record) -> dict[str, Any]:
-    """The endpoint settings both Endpoint and EndpointSpec carry."""
-    return {
-        "url": row["url"],
-        "event_types": tuple(row["event_types"]),
-        "headers": _headers(row["headers"]),
-        **{k: row[k] for k in _SETTINGS},
-    }
 
 
 def endpoint_from_row(
@@ -189,88 +27,27 @@ def endpoint_from_row(
 ) -> Endpoint:
     return Endpoint(
         id=row["id"],
+        url=row["url"],
         secrets=tuple(unseal(box, s) for s in (row["secret"], *old_secrets)),
         enabled=row["enabled"],
-        **_settings(row),
+        **settings_from_row(row),
     )
 
 
-def endpoint_public(row: asyncpg.Record, *, secret: str | None = None) -> dict[str, Any]:
-    """An endpoint as users see it: the secret only when just created or rotated."""
-    out = {k: row[k] for k in row.keys() if k != "secret"}
-    out["event_types"] = list(row["event_types"])
-    out["headers"] = dict(_headers(row["headers"]))
-    if secret is not None:
-        out["secret"] = secret
-        if secret.startswith(SIGNING_KEY_PREFIX):
-            out["public_key"] = public_key(secret)
-    return out
+class EndpointState(NamedTuple):
+    """One endpoint as the engine's refresh sees it."""
 
-
-async def add_endpoint(
-    conn: Conn, spec: EndpointSpec, secret: str, box: SecretBox | None = None
-) -> asyncpg.Record:
-    row = await conn.fetchrow(
-        Q["insert_endpoint"],
-        spec.url,
-        seal(box, secret),
-        list(spec.event_types),
-        spec.rate_per_s,
-        spec.burst,
-        spec.max_in_flight,
-        spec.timeout_ms,
-        spec.max_attempts,
-        spec.retry_base_ms,
-        spec.retry_cap_ms,
-        spec.failure_threshold,
-        spec.cooldown_s,
-        orjson.dumps(dict(spec.headers)).decode(),
-    )
-    assert row is not None
-    return row
-
-
-async def list_endpoints(conn: Conn) -> list[asyncpg.Record]:
-    return list(await conn.fetch(Q["list_endpoints"]))
-
-
-async def get_endpoint(conn: Conn, endpoint_id: int) -> asyncpg.Record:
-    row = await conn.fetchrow(Q["get_endpoint"], endpoint_id)
-    if row is None:
-        raise UnknownEndpoint(f"no endpoint with id {endpoint_id}")
-    return row
-
-
-async def set_enabled(
-    conn: Conn, endpoint_id: int, enabled: bool, reason: str | None = None
-) -> asyncpg.Record:
-    row = await conn.fetchrow(Q["set_enabled"], endpoint_id, enabled, reason or "disabled by user")
-    if row is None:
-        raise UnknownEndpoint(f"no endpoint with id {endpoint_id}")
-    if enabled:
-        await conn.execute(Q["notify_due"])
-    return row
-
-
-async def rotate_secret(
-    conn: Conn, endpoint_id: int, new_secret: str, grace_s: float, box: SecretBox | None = None
-) -> asyncpg.Record:
-    async with conn.transaction():
-        old = await conn.fetchval(Q["lock_secret"], endpoint_id)
-        if old is None:
-            raise UnknownEndpoint(f"no endpoint with id {endpoint_id}")
-        if grace_s > 0:
-            await conn.execute(Q["keep_secret"], endpoint_id, old, grace_s)
-        row = await conn.fetchrow(Q["rotate_secret"], endpoint_id, seal(box, new_secret))
-        await conn.execute(Q["prune_secrets"])
-    assert row is not None  # locked above
-    return row
+    endpoint: Endpoint
+    breaker: Breaker
+    probe_owner: str | None
+    p95_ms: float | None
+    paused_for_s: float
 
 
 async def engine_endpoints(
     conn: Conn, box: SecretBox | None = None
-) -> tuple[float, list[tuple[Endpoint, Breaker, str | None, float | None, float]]]:
-    """Every endpoint with its breaker, for the engine's cache; and the DB clock."""
+) -> tuple[float, list[EndpointState]]:
+    """Every endpoint with its stored breaker, for the engine's gates; and the DB clock."""
     rows = await conn.fetch(Q["engine_endpoints"])
     out = []
     db_now = 0.0
@@ -283,51 +60,12 @@ async def engine_endpoints(
             cooldown_s=r["cooldown_seconds"] or r["cooldown_s"],
         )
         endpoint = endpoint_from_row(r, r["old_secrets"], box)
-        out.append((endpoint, breaker, r["probe_owner"], r["p95_ms"], r["paused_for_s"] or 0.0))
-    return db_now, out
-
-
-# ---------------------------------------------------------------- producing
-
-
-async def enqueue(
-    conn: Conn,
-    event_type: str,
-    payload: str,
-    event_id: str | None = None,
-    endpoint_id: int | None = None,
-) -> list[int]:
-    if endpoint_id is not None:
-        await get_endpoint(conn, endpoint_id)
-    try:
-        ids = await conn.fetchval(Q["enqueue_one"], event_type, payload, event_id, endpoint_id)
-    except (asyncpg.InvalidTextRepresentationError, asyncpg.InvalidParameterValueError) as exc:
-        raise BadInput(f"cannot enqueue: {_one_line(exc)}") from None
-    return list(ids)
-
-
-async def enqueue_bulk(conn: Conn, events: Iterable[tuple[str, str, str, int | None]]) -> int:
-    """COPY events (event_id, event_type, payload, endpoint_id) into a staging
-    table, then fan them out in one INSERT … SELECT. Returns deliveries created."""
-    events = list(events)
-    wanted = sorted({e[3] for e in events if e[3] is not None})
-    async with conn.transaction():
-        if wanted:
-            found = {r["id"] for r in await conn.fetch(Q["endpoint_ids"], wanted)}
-            missing = [i for i in wanted if i not in found]
-            if missing:
-                raise UnknownEndpoint(f"no endpoint with id {missing[0]}")
-        await conn.execute(Q["stage_events"])
-        await conn.copy_records_to_table(
-            "dispatcher_stage",
-            records=events,
-            columns=["event_id", "event_type", "payload", "endpoint_id"],
+        out.append(
+            EndpointState(
+                endpoint, breaker, r["probe_owner"], r["p95_ms"], r["paused_for_s"] or 0.0
+            )
         )
-        try:
-            created: int = await conn.fetchval(Q["fan_out_staged"])
-        except asyncpg.InvalidTextRepresentationError as exc:
-            raise BadInput(f"invalid JSON payload: {_one_line(exc)}") from None
-    return created
+    return db_now, out
 
 
 # ---------------------------------------------------------------- the hot path
@@ -373,12 +111,22 @@ async def record_outcomes(conn: Conn, outcomes: Sequence[Outcome], worker: str) 
     return lags
 
 
+class StoredBreaker(NamedTuple):
+    """A locked breaker row and what its fold needs."""
+
+    breaker: Breaker
+    threshold: int  # effective: lowered for slow endpoints
+    base_cooldown_s: float
+
+
 async def lock_breakers(
     conn: Conn, endpoint_ids: list[int]
-) -> dict[int, tuple[Breaker, float | None]]:
+) -> tuple[float, dict[int, StoredBreaker]]:
+    """Locks the breakers of these endpoints; returns the database clock with them."""
     rows = await conn.fetch(Q["lock_health"], endpoint_ids)
-    return {
-        r["endpoint_id"]: (
+    db_now = rows[0]["db_now"] if rows else 0.0
+    return db_now, {
+        r["endpoint_id"]: StoredBreaker(
             Breaker(
                 state=BreakerState(r["state"]),
                 consecutive_failures=r["consecutive_failures"],
@@ -387,7 +135,8 @@ async def lock_breakers(
                 last_failure_at=r["last_failure_at"],
                 last_success_at=r["last_success_at"],
             ),
-            r["p95_ms"],
+            effective_threshold(r["failure_threshold"], r["p95_ms"]),
+            r["cooldown_s"],
         )
         for r in rows
     }
@@ -420,10 +169,6 @@ async def disable_gone(conn: Conn, endpoint_ids: list[int]) -> None:
 
 async def begin_probe(conn: Conn, endpoint_id: int, worker: str, stale_after_s: float) -> bool:
     return await conn.fetchval(Q["begin_probe"], endpoint_id, worker, stale_after_s) is not None
-
-
-async def due_sendable(conn: Conn) -> bool:
-    return bool(await conn.fetchval(Q["due_sendable"]))
 
 
 # ---------------------------------------------------------------- maintenance
@@ -471,120 +216,7 @@ async def prune_delivered_batch(
     return row["last_id"], row["deleted"], row["reached_young"]
 
 
-async def refresh_percentiles(conn: Conn, window_s: float) -> None:
-    await conn.execute(Q["refresh_percentiles"], window_s)
-
-
-# ---------------------------------------------------------------- reports
-
-
-async def health_summary(conn: Conn) -> dict[str, Any]:
-    row = await conn.fetchrow(Q["health_summary"])
-    assert row is not None
-    out = dict(row)
-    avg = out["avg_delivery_ms_last_hour"]
-    out["avg_delivery_ms_last_hour"] = None if avg is None else round(float(avg), 1)
-    return out
-
-
-async def endpoint_health(
-    conn: Conn, window_s: float, *, refresh: bool = True
-) -> list[dict[str, Any]]:
-    """Per endpoint breaker and percentiles; `refresh` recomputes the
-    percentiles first (a scan of the window) instead of reading the stored ones."""
-    if refresh:
-        await refresh_percentiles(conn, window_s)
-    return [dict(r) for r in await conn.fetch(Q["endpoint_health_report"])]
-
-
-async def dead_letters_by_endpoint(conn: Conn, hours: float) -> list[asyncpg.Record]:
-    return list(await conn.fetch(Q["dead_letters_by_endpoint"], hours * 3600.0))
-
-
-async def replay_ids(conn: Conn, ids: list[int]) -> int:
-    async with conn.transaction():
-        rows = await conn.fetch(Q["replay_ids"], ids)
-        if rows:
-            await conn.execute(Q["notify_due"])
-    return len(rows)
-
-
-async def replay_endpoint(
-    conn: Conn,
-    endpoint_id: int,
-    since: datetime | None,
-    until: datetime | None,
-    limit: int = 10_000,
-) -> int:
-    await get_endpoint(conn, endpoint_id)
-    async with conn.transaction():
-        rows = await conn.fetch(Q["replay_endpoint"], endpoint_id, since, until, limit)
-        if rows:
-            await conn.execute(Q["notify_due"])
-    return len(rows)
-
-
-async def deliveries_for_event(conn: Conn, event_id: str) -> list[dict[str, Any]]:
-    return [dict(r) for r in await conn.fetch(Q["deliveries_for_event"], event_id)]
-
-
-async def update_endpoint(conn: Conn, endpoint_id: int, spec: EndpointSpec,
-                          changed: set[str]) -> asyncpg.Record:  # fmt: skip
-    """Applies the fields named in `changed` from an already-validated spec."""
-
-    def pick(name: str) -> Any:
-        return getattr(spec, name) if name in changed else None
-
-    event_types = list(spec.event_types) if "event_types" in changed else None
-    row = await conn.fetchrow(
-        Q["update_endpoint"],
-        endpoint_id,
-        pick("url"),
-        event_types,
-        spec.rate_per_s,
-        spec.burst,
-        pick("max_in_flight"),
-        pick("timeout_ms"),
-        pick("max_attempts"),
-        pick("retry_base_ms"),
-        pick("retry_cap_ms"),
-        pick("failure_threshold"),
-        pick("cooldown_s"),
-        "rate_per_s" in changed,
-        "burst" in changed,
-        orjson.dumps(dict(spec.headers)).decode() if "headers" in changed else None,
-    )
-    if row is None:
-        raise UnknownEndpoint(f"no endpoint with id {endpoint_id}")
-    return row
-
-
-def spec_from_row(row: asyncpg.Record) -> EndpointSpec:
-    return EndpointSpec(**_settings(row))
-
-
-async def dead_letters_list(
-    conn: Conn, endpoint_id: int | None, limit: int
-) -> list[dict[str, Any]]:
-    return [dict(r) for r in await conn.fetch(Q["dead_letters_list"], endpoint_id, limit)]
-
-
-async def attempts_for_event(conn: Conn, event_id: str) -> list[dict[str, Any]]:
-    return [dict(r) for r in await conn.fetch(Q["attempts_for_event"], event_id)]
-
-
-async def metrics_view(conn: Conn) -> dict[str, Any]:
-    row = await conn.fetchrow(Q["metrics_view"])
-    assert row is not None
-    return dict(row)
-
-
-async def ping(conn: Conn) -> None:
-    await conn.fetchval("SELECT 1")
-
-
-async def timeline(conn: Conn, span_s: float, bucket_s: float) -> list[dict[str, Any]]:
-    return [dict(r) for r in await conn.fetch(Q["timeline"], span_s, bucket_s)]
+# ---------------------------------------------------------------- workers
 
 
 async def heartbeat(conn: Conn, worker: str, host: str, pid: int, live_s: float) -> list[str]:

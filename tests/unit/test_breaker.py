@@ -20,12 +20,13 @@ from dispatcher.breaker import (
     SLOW_P95_MS,
     Breaker,
     BreakerState,
+    Transition,
     admits,
-    begin_probe,
     effective_threshold,
+    fold,
+    half_open,
     on_failure,
     on_success,
-    open_until,
     probe_due,
 )
 
@@ -38,6 +39,18 @@ T0 = 1_700_000_000.0
 CLOSED = BreakerState.CLOSED
 OPEN = BreakerState.OPEN
 HALF_OPEN = BreakerState.HALF_OPEN
+
+
+def begin_probe(b: Breaker, now: float) -> Breaker:
+    """What the store's conditional UPDATE decides, as the pure model: the
+    probe is taken once the cooldown ran out, and not before."""
+    return half_open(b) if probe_due(b, now) else b
+
+
+def open_until(b: Breaker) -> float | None:
+    if b.state is BreakerState.CLOSED or b.opened_at is None:
+        return None
+    return b.opened_at + b.cooldown_s
 
 
 def _open_breaker(now: float = T0, *, cooldown: float = BASE, threshold: int = THRESHOLD):
@@ -476,3 +489,64 @@ def test_random_sequences_respect_spec_invariants(
         if b.state is HALF_OPEN:
             # A half-open breaker grants no further probe.
             assert not probe_due(b, now + 1e9)
+
+
+# --------------------------------------------------------------------------
+# fold: the one place transitions are computed
+# --------------------------------------------------------------------------
+
+
+def _step(b: Breaker, ok: bool, now: float, threshold: int) -> Breaker:
+    if ok:
+        return on_success(b, now, base_cooldown_s=BASE)
+    return on_failure(b, now, threshold=threshold)
+
+
+@PROPS
+@given(
+    results=st.lists(st.booleans(), max_size=200),
+    threshold=st.integers(1, 20),
+    start=st.sampled_from([CLOSED, OPEN, HALF_OPEN]),
+)
+def test_fold_equals_stepwise_and_reports_every_change(
+    results: list[bool], threshold: int, start: BreakerState
+) -> None:
+    b0 = Breaker(state=start, opened_at=T0 if start is not CLOSED else None, cooldown_s=BASE)
+    folded, changes = fold(b0, results, T0 + 1, threshold=threshold, base_cooldown_s=BASE)
+    b, expected = b0, []
+    for ok in results:
+        nb = _step(b, ok, T0 + 1, threshold)
+        if nb.state is not b.state:
+            expected.append(Transition(b.state, nb.state, nb.cooldown_s))
+        b = nb
+    assert folded == b
+    assert changes == expected
+
+
+@PROPS
+@given(
+    results=st.lists(st.booleans(), max_size=300),
+    threshold=st.integers(1, 20),
+)
+def test_fold_opens_iff_a_run_of_threshold_failures(results: list[bool], threshold: int) -> None:
+    """Scattered failures never open a closed breaker: only `threshold`
+    failures in a row (in send order) do, and the first such run does."""
+    b, changes = fold(Breaker(), results, T0, threshold=threshold, base_cooldown_s=BASE)
+    run, first_open = 0, None
+    for i, ok in enumerate(results):
+        run = 0 if ok else run + 1
+        if run >= threshold:
+            first_open = i
+            break
+    opened = [c for c in changes if c.to_state is OPEN]
+    assert bool(opened) == (first_open is not None)
+    if first_open is None:
+        assert b.state is CLOSED and changes == []
+    else:
+        assert changes[0] == Transition(CLOSED, OPEN, BASE)
+        assert b.state is OPEN  # nothing but a probe closes it again
+
+
+def test_fold_of_nothing_changes_nothing() -> None:
+    b = _open_breaker()
+    assert fold(b, [], T0, threshold=THRESHOLD, base_cooldown_s=BASE) == (b, [])

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from random import Random
 
-from dispatcher.breaker import Breaker
-from dispatcher.gate import Gate
-from dispatcher.models import Endpoint
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dispatcher.breaker import Breaker, BreakerState
+from dispatcher.gate import Gate, Gates, SendOrder
+from dispatcher.models import AttemptResult, Endpoint, Verdict
 from dispatcher.sender import EndpointWire
+from dispatcher.store import EndpointState
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -49,3 +54,93 @@ def test_paused_and_disabled_endpoints_get_nothing() -> None:
     g.paused_until = 0.0
     g.endpoint = replace(g.endpoint, enabled=False)
     assert g.budget(now) == 0
+
+
+# ------------------------------------------------------------ send order
+
+
+def test_send_order_releases_results_only_in_send_order() -> None:
+    order = SendOrder()
+    a, b, c = order.sent(), order.sent(), order.sent()
+    assert order.completed(c, False) == []  # a and b still on the wire
+    assert order.completed(a, True) == [True]
+    assert order.completed(b, None) == [False]  # b never counted; c follows a
+    d = order.sent()
+    assert order.completed(d, True) == [True]
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(st.lists(st.booleans(), min_size=1, max_size=60), st.randoms(use_true_random=False))
+def test_send_order_is_a_permutation_back_to_send_order(results: list[bool], rnd: Random) -> None:
+    order = SendOrder()
+    seqs = [order.sent() for _ in results]
+    finish = list(zip(seqs, results, strict=True))
+    rnd.shuffle(finish)
+    out: list[bool] = []
+    for seq, ok in finish:
+        out += order.completed(seq, ok)
+    assert out == results
+
+
+def _result(ok: bool) -> AttemptResult:
+    if ok:
+        return AttemptResult(verdict=Verdict.SUCCESS, status_code=200, response_ms=5)
+    return AttemptResult(verdict=Verdict.RETRYABLE, status_code=None, response_ms=0, error="reset")
+
+
+def test_failures_that_finish_first_do_not_open_the_breaker() -> None:
+    """30 % resets come back at once while the successes sent between them
+    are still on the wire: in completion order they look like a run."""
+    g = _gate(failure_threshold=3)
+    pattern = [True, False, True, False, False, True, False, True] * 5
+    seqs = [g.order.sent() for _ in pattern]
+    ready: list[bool] = []
+    failures_first = [(s, ok) for s, ok in zip(seqs, pattern, strict=True) if not ok] + [
+        (s, ok) for s, ok in zip(seqs, pattern, strict=True) if ok
+    ]
+    for seq, ok in failures_first:
+        ready += g.completed(seq, _result(ok), None, 0.0)
+        assert g.breaker.state is BreakerState.CLOSED
+    assert ready == pattern
+
+
+def test_a_run_of_failures_in_send_order_opens_the_local_view() -> None:
+    g = _gate(failure_threshold=3)
+    for _ in range(3):
+        g.completed(g.order.sent(), _result(False), None, 0.0)
+    assert g.breaker.state is BreakerState.OPEN
+    assert not g.sendable() and g.budget(time.monotonic()) == 0
+
+
+def test_probe_lifecycle_goes_through_the_gate() -> None:
+    g = _gate()
+    g.breaker_written(replace(g.breaker, state=BreakerState.OPEN, opened_at=0.0))
+    assert g.may_probe()
+    g.probe_won()
+    assert g.breaker.state is BreakerState.HALF_OPEN and g.budget(time.monotonic()) == 1
+    g.claimed_row()
+    assert g.budget(time.monotonic()) == 0  # exactly one probe
+    g.released(spent=False)  # went back unsent: it may be claimed again
+    assert g.budget(time.monotonic()) == 1
+    g.breaker_written(Breaker())
+    assert not g.probing and g.budget(time.monotonic()) > 1
+
+
+def test_gates_registry_adds_updates_and_forgets_endpoints() -> None:
+    def wire(ep: Endpoint) -> EndpointWire:
+        return EndpointWire(ep.url, ep.secrets, ep.timeout_ms, allow_private=False)
+
+    gates = Gates(wire)
+    ep = Endpoint(id=7, url="https://example.com/x", secrets=(SECRET,))
+    due = gates.sync([EndpointState(ep, Breaker(), None, None, 0.0)], "w", 1, 0)
+    assert due == [] and gates.ids == [7] and gates[7].endpoint == ep
+    opened = Breaker(state=BreakerState.OPEN, opened_at=0.0)
+    moved = replace(ep, url="https://example.com/y")
+    due = gates.sync([EndpointState(moved, opened, None, 900.0, 2.0)], "w", 2, 1)
+    g = gates[7]
+    assert due == [g] and g.wire.url == moved.url and g.breaker == opened
+    assert g.p95_ms == 900.0 and g.paused_for() > 1.0 and g.max_share == 50
+    gates.breakers_written({7: Breaker(), 8: Breaker()})  # 8 is not ours: ignored
+    assert g.breaker == Breaker()
+    gates.sync([], "w", 1, 0)
+    assert len(gates) == 0 and gates.ids == []

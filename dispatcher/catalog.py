@@ -1,0 +1,282 @@
+"""Data access for everything but the worker's hot path: endpoints, events,
+dead letters and the reports' reads.
+
+Binds named queries (queries.sql) to connections and hands back typed rows
+(rows.py). It validates nothing a user typed (the service layer does) and
+renders nothing (the entry points do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import asyncpg
+import orjson
+
+from .db import Conn, Q, one_line
+from .errors import BadInput, UnknownEndpoint
+from .models import SETTING_NAMES, EndpointSpec
+from .rows import (
+    AlertInputs,
+    Attempt,
+    DeadLetter,
+    DeadLetterGroup,
+    DeliveryView,
+    EndpointHealth,
+    EndpointRecord,
+    HealthSummary,
+    QueueGauges,
+    TimelinePoint,
+)
+from .secretbox import SecretBox, seal
+
+R = TypeVar("R")
+
+
+def _typed(cls: type[R], rows: Iterable[asyncpg.Record]) -> list[R]:
+    return [cls(**dict(r)) for r in rows]
+
+
+def _one(cls: type[R], row: asyncpg.Record | None) -> R:
+    assert row is not None  # aggregate queries always return a row
+    return cls(**dict(row))
+
+
+# ---------------------------------------------------------------- endpoints
+
+
+def settings_from_row(row: asyncpg.Record) -> dict[str, Any]:
+    """The EndpointSettings fields of an endpoints row."""
+    out = {k: row[k] for k in SETTING_NAMES}
+    out["event_types"] = tuple(row["event_types"])
+    out["headers"] = tuple(orjson.loads(row["headers"]).items()) if row["headers"] else ()
+    return out
+
+
+def _record(row: asyncpg.Record | None, endpoint_id: int | None = None) -> EndpointRecord:
+    if row is None:
+        raise UnknownEndpoint(f"no endpoint with id {endpoint_id}")
+    return EndpointRecord(
+        id=row["id"],
+        url=row["url"],
+        sealed_secret=row["secret"],
+        enabled=row["enabled"],
+        disabled_reason=row["disabled_reason"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        **settings_from_row(row),
+    )
+
+
+def _headers_json(spec: EndpointSpec) -> str:
+    return orjson.dumps(dict(spec.headers)).decode()
+
+
+async def add_endpoint(
+    conn: Conn, spec: EndpointSpec, secret: str, box: SecretBox | None = None
+) -> EndpointRecord:
+    row = await conn.fetchrow(
+        Q["insert_endpoint"],
+        spec.url,
+        seal(box, secret),
+        list(spec.event_types),
+        spec.rate_per_s,
+        spec.burst,
+        spec.max_in_flight,
+        spec.timeout_ms,
+        spec.max_attempts,
+        spec.retry_base_ms,
+        spec.retry_cap_ms,
+        spec.failure_threshold,
+        spec.cooldown_s,
+        _headers_json(spec),
+    )
+    return _record(row)
+
+
+async def update_endpoint(conn: Conn, endpoint_id: int, spec: EndpointSpec) -> EndpointRecord:
+    """Writes every setting of an already-validated, complete spec."""
+    row = await conn.fetchrow(
+        Q["update_endpoint"],
+        endpoint_id,
+        spec.url,
+        list(spec.event_types),
+        spec.rate_per_s,
+        spec.burst,
+        spec.max_in_flight,
+        spec.timeout_ms,
+        spec.max_attempts,
+        spec.retry_base_ms,
+        spec.retry_cap_ms,
+        spec.failure_threshold,
+        spec.cooldown_s,
+        _headers_json(spec),
+    )
+    return _record(row, endpoint_id)
+
+
+async def list_endpoints(conn: Conn) -> list[EndpointRecord]:
+    return [_record(r) for r in await conn.fetch(Q["list_endpoints"])]
+
+
+async def get_endpoint(conn: Conn, endpoint_id: int, *, lock: bool = False) -> EndpointRecord:
+    row = await conn.fetchrow(Q["lock_endpoint" if lock else "get_endpoint"], endpoint_id)
+    return _record(row, endpoint_id)
+
+
+async def set_enabled(
+    conn: Conn, endpoint_id: int, enabled: bool, reason: str | None = None
+) -> EndpointRecord:
+    row = await conn.fetchrow(Q["set_enabled"], endpoint_id, enabled, reason or "disabled by user")
+    record = _record(row, endpoint_id)
+    if enabled:
+        await conn.execute(Q["notify_due"])
+    return record
+
+
+async def rotate_secret(
+    conn: Conn, endpoint_id: int, new_secret: str, grace_s: float, box: SecretBox | None = None
+) -> EndpointRecord:
+    """The new secret signs from now on; the old one alongside it for grace_s."""
+    async with conn.transaction():
+        old = await conn.fetchval(Q["lock_secret"], endpoint_id)
+        if old is None:
+            raise UnknownEndpoint(f"no endpoint with id {endpoint_id}")
+        if grace_s > 0:
+            await conn.execute(Q["keep_secret"], endpoint_id, old, grace_s)
+        row = await conn.fetchrow(Q["rotate_secret"], endpoint_id, seal(box, new_secret))
+        await conn.execute(Q["prune_secrets"])
+    return _record(row, endpoint_id)
+
+
+# ---------------------------------------------------------------- events
+
+
+async def enqueue(
+    conn: Conn,
+    event_type: str,
+    payload: str,
+    event_id: str | None = None,
+    endpoint_id: int | None = None,
+) -> list[int]:
+    if endpoint_id is not None:
+        await get_endpoint(conn, endpoint_id)
+    try:
+        ids = await conn.fetchval(Q["enqueue_one"], event_type, payload, event_id, endpoint_id)
+    except (asyncpg.InvalidTextRepresentationError, asyncpg.InvalidParameterValueError) as exc:
+        raise BadInput(f"cannot enqueue: {one_line(exc)}") from None
+    return list(ids)
+
+
+async def enqueue_bulk(conn: Conn, events: Iterable[tuple[str, str, str, int | None]]) -> int:
+    """COPY events (event_id, event_type, payload, endpoint_id) into a staging
+    table, then fan them out in one INSERT … SELECT. Returns deliveries created."""
+    events = list(events)
+    wanted = sorted({e[3] for e in events if e[3] is not None})
+    async with conn.transaction():
+        if wanted:
+            found = {r["id"] for r in await conn.fetch(Q["endpoint_ids"], wanted)}
+            missing = [i for i in wanted if i not in found]
+            if missing:
+                raise UnknownEndpoint(f"no endpoint with id {missing[0]}")
+        await conn.execute(Q["stage_events"])
+        await conn.copy_records_to_table(
+            "dispatcher_stage",
+            records=events,
+            columns=["event_id", "event_type", "payload", "endpoint_id"],
+        )
+        try:
+            created: int = await conn.fetchval(Q["fan_out_staged"])
+        except asyncpg.InvalidTextRepresentationError as exc:
+            raise BadInput(f"invalid JSON payload: {one_line(exc)}") from None
+    return created
+
+
+async def deliveries_for_event(conn: Conn, event_id: str) -> list[DeliveryView]:
+    return _typed(DeliveryView, await conn.fetch(Q["deliveries_for_event"], event_id))
+
+
+async def attempts_for_event(conn: Conn, event_id: str) -> list[Attempt]:
+    return _typed(Attempt, await conn.fetch(Q["attempts_for_event"], event_id))
+
+
+# ---------------------------------------------------------------- dead letters
+
+
+async def dead_letters(conn: Conn, endpoint_id: int | None, limit: int) -> list[DeadLetter]:
+    return _typed(DeadLetter, await conn.fetch(Q["dead_letters_list"], endpoint_id, limit))
+
+
+async def dead_letters_by_endpoint(conn: Conn, hours: float) -> list[DeadLetterGroup]:
+    return _typed(DeadLetterGroup, await conn.fetch(Q["dead_letters_by_endpoint"], hours * 3600.0))
+
+
+async def _requeued(conn: Conn, query: str, *args: Any) -> int:
+    async with conn.transaction():
+        rows = await conn.fetch(query, *args)
+        if rows:
+            await conn.execute(Q["notify_due"])
+    return len(rows)
+
+
+async def replay_ids(conn: Conn, ids: Sequence[int]) -> int:
+    return await _requeued(conn, Q["replay_ids"], list(ids))
+
+
+async def replay_endpoint(
+    conn: Conn,
+    endpoint_id: int,
+    since: datetime | None,
+    until: datetime | None,
+    limit: int = 10_000,
+) -> int:
+    await get_endpoint(conn, endpoint_id)
+    return await _requeued(conn, Q["replay_endpoint"], endpoint_id, since, until, limit)
+
+
+# ---------------------------------------------------------------- reports
+
+
+async def health_summary(conn: Conn) -> HealthSummary:
+    row = await conn.fetchrow(Q["health_summary"])
+    assert row is not None
+    doc = dict(row)
+    avg = doc["avg_delivery_ms_last_hour"]
+    doc["avg_delivery_ms_last_hour"] = None if avg is None else round(float(avg), 1)
+    return HealthSummary(**doc)
+
+
+async def refresh_percentiles(conn: Conn, window_s: float) -> None:
+    await conn.execute(Q["refresh_percentiles"], window_s)
+
+
+async def endpoint_health(
+    conn: Conn, window_s: float, *, refresh: bool = True
+) -> list[EndpointHealth]:
+    """Per endpoint breaker and percentiles; `refresh` recomputes the
+    percentiles first (a scan of the window) instead of reading the stored ones."""
+    if refresh:
+        await refresh_percentiles(conn, window_s)
+    return _typed(EndpointHealth, await conn.fetch(Q["endpoint_health_report"]))
+
+
+async def alert_inputs(conn: Conn) -> AlertInputs:
+    return _one(AlertInputs, await conn.fetchrow(Q["alert_inputs"]))
+
+
+async def queue_gauges(conn: Conn) -> QueueGauges:
+    return _one(QueueGauges, await conn.fetchrow(Q["metrics_view"]))
+
+
+async def timeline(conn: Conn, span_s: float, bucket_s: float) -> list[TimelinePoint]:
+    return _typed(TimelinePoint, await conn.fetch(Q["timeline"], span_s, bucket_s))
+
+
+async def status_counts(conn: Conn) -> dict[str, int]:
+    return {r["status"]: r["n"] for r in await conn.fetch(Q["status_counts"])}
+
+
+async def breaker_transitions(conn: Conn, offset: int = 0) -> list[dict[str, Any]]:
+    return [dict(r) for r in await conn.fetch(Q["breaker_transitions"], offset)]

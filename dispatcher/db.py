@@ -1,0 +1,179 @@
+"""Connections, migrations and the named queries: what every data-access module shares.
+
+Queries live in queries.sql as named blocks (`-- name: x`) and migrations in
+schema/; the data-access modules (store for the worker's hot path, catalog
+for endpoints, events and reports) bind them to connections. No other
+module runs SQL.
+
+Driver errors are classified here, once: `TRANSIENT` lists every error that
+means "the database or the connection to it failed" (retry later), as
+opposed to an error in what was asked.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import re
+from pathlib import Path
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+from .embedded import with_database
+from .errors import OperationalError
+
+# What every query function takes: a plain connection or one from a pool.
+Conn = asyncpg.Connection | PoolConnectionProxy
+
+MIGRATION_LOCK = 0x6469737061746368  # "dispatch"
+MAINTENANCE_LOCK = MIGRATION_LOCK + 1
+_MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
+
+# Connection-level failures: the socket, the server going away or refusing
+# connections (restart, failover, pg_terminate_backend), and asyncpg's own
+# client-side errors once its protocol state is broken by one of those.
+TRANSIENT: tuple[type[Exception], ...] = (
+    OSError,
+    TimeoutError,
+    ConnectionError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.ConnectionFailureError,
+)
+
+# Anything that can come back from talking to the database: what a worker's
+# loop survives (and retries), where a CLI command would stop with one line.
+DATABASE_ERRORS: tuple[type[Exception], ...] = (*TRANSIENT, asyncpg.PostgresError)
+
+
+def _load_queries() -> dict[str, str]:
+    text = importlib.resources.files("dispatcher").joinpath("queries.sql").read_text()
+    queries: dict[str, str] = {}
+    name: str | None = None
+    for line in text.splitlines():
+        if line.startswith("-- name: "):
+            name = line.removeprefix("-- name: ").strip()
+            queries[name] = ""
+        elif name is not None:
+            queries[name] += line + "\n"
+    return {k: v.strip().rstrip(";") for k, v in queries.items()}
+
+
+Q = _load_queries()
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+async def connect(url: str) -> asyncpg.Connection:
+    try:
+        return await asyncpg.connect(url, timeout=10)
+    except DATABASE_ERRORS as exc:
+        raise OperationalError(f"cannot connect to the database: {one_line(exc)}") from None
+
+
+async def _keep_session(_: asyncpg.Connection) -> None:
+    """Pool reset hook that does nothing: our pooled connections never change
+    session state (no LISTEN, no SET), so the default RESET ALL round trip on
+    every release would be pure cost on the hot path."""
+
+
+async def create_pool(url: str, *, size: int = 4, synchronous_commit: bool = True) -> asyncpg.Pool:
+    settings = {} if synchronous_commit else {"synchronous_commit": "off"}
+    try:
+        pool = await asyncpg.create_pool(
+            url,
+            min_size=1,
+            max_size=size,
+            timeout=10,
+            reset=_keep_session,
+            server_settings=settings,
+        )
+    except DATABASE_ERRORS as exc:
+        raise OperationalError(f"cannot connect to the database: {one_line(exc)}") from None
+    assert pool is not None
+    return pool
+
+
+async def recreate_database(server_url: str, name: str) -> str:
+    """Drops and creates database `name` on the server, migrated; returns its URL.
+
+    For the demo and the benchmarks, which want a clean slate each run.
+    """
+    admin = await connect(server_url)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    url = with_database(server_url, name)
+    conn = await connect(url)
+    try:
+        await migrate(conn)
+    finally:
+        await conn.close()
+    return url
+
+
+def _migrations() -> list[tuple[int, str, str]]:
+    found = []
+    for entry in importlib.resources.files("dispatcher.schema").iterdir():
+        m = _MIGRATION_NAME.match(entry.name)
+        if m:
+            found.append((int(m.group(1)), entry.name, entry.read_text()))
+    if not found:  # pragma: no cover - a broken install
+        raise OperationalError(f"no migrations found in {Path(__file__).parent / 'schema'}")
+    return sorted(found)
+
+
+async def migrate(conn: Conn) -> list[str]:
+    """Applies pending migrations; several processes may call it at once."""
+    applied_now: list[str] = []
+    # A session lock, held across the per-migration transactions, serialises
+    # concurrent migrators; the second one finds everything applied.
+    await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK)
+    try:
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS dispatcher_migrations ("
+            " version integer PRIMARY KEY, name text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        done = {r["version"] for r in await conn.fetch("SELECT version FROM dispatcher_migrations")}
+        for version, name, sql in _migrations():
+            if version in done:
+                continue
+            async with conn.transaction():
+                await conn.execute(sql)
+                await conn.execute(
+                    "INSERT INTO dispatcher_migrations (version, name) VALUES ($1, $2)",
+                    version,
+                    name,
+                )
+            applied_now.append(name)
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
+    return applied_now
+
+
+async def migrations_current(conn: Conn) -> bool:
+    try:
+        done = {r["version"] for r in await conn.fetch("SELECT version FROM dispatcher_migrations")}
+    except asyncpg.UndefinedTableError:
+        return False
+    return all(v in done for v, _, _ in _migrations())
+
+
+async def require_schema(conn: Conn) -> None:
+    if not await migrations_current(conn):
+        raise OperationalError("the database is not migrated: run `dispatcher migrate` first")
+
+
+async def ping(conn: Conn) -> None:
+    await conn.fetchval("SELECT 1")
