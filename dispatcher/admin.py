@@ -12,15 +12,16 @@ import secrets
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
 import orjson
 from aiohttp import web
 
-from . import reports, service, store
+from . import db, reports, service
+from .cli_format import to_json
 from .errors import BadInput, DispatcherError, UnknownEndpoint
+from .inputs import spec_from_fields
 from .metrics import CONTENT_TYPE, Metrics
 from .openapi import OPENAPI
 from .settings import Settings
@@ -37,17 +38,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _json(doc: Any, status: int = 200) -> web.Response:
-    return web.Response(
-        body=orjson.dumps(doc, default=_default), status=status, content_type="application/json"
-    )
-
-
-def _default(value: Any) -> Any:
-    from decimal import Decimal
-
-    if isinstance(value, Decimal):
-        return float(value)
-    raise TypeError
+    return web.Response(body=to_json(doc), status=status, content_type="application/json")
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -128,7 +119,7 @@ async def healthz(_: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     try:
         async with request.app[POOL].acquire() as conn:
-            current = await store.migrations_current(conn)
+            current = await db.migrations_current(conn)
     except (OSError, asyncpg.PostgresError, TimeoutError):
         return _json({"ready": False, "reason": "database unreachable"}, 503)
     if not current:
@@ -138,15 +129,16 @@ async def readyz(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     m = request.app[METRICS]
+    window_s = request.app[SETTINGS].latency_window_s
     async with request.app[POOL].acquire() as conn:
-        view = await store.metrics_view(conn)
-        alerts = await reports.alerts(conn, request.app[SETTINGS], refresh=_refresh_due(request))
+        g, alerts = await reports.metrics_view(conn, window_s, refresh=_refresh_due(request))
     m.set_database_view(
-        {k: view[k] for k in ("pending", "failed", "in_flight", "dead_letter")},
-        view["oldest_pending_s"],
-        {k: view[k] for k in ("closed", "open", "half_open")},
+        {"pending": g.pending, "failed": g.failed, "in_flight": g.in_flight,
+         "dead_letter": g.dead_letter},
+        g.oldest_pending_s,
+        {"closed": g.closed, "open": g.open, "half_open": g.half_open},
         alerts,
-    )
+    )  # fmt: skip
     return web.Response(body=m.render(), headers={"Content-Type": CONTENT_TYPE})
 
 
@@ -162,72 +154,56 @@ async def openapi(_: web.Request) -> web.Response:
 # ---------------------------------------------------------------- endpoints
 
 
+def _id(request: web.Request) -> int:
+    return _int(request.match_info["id"], "id")
+
+
 async def endpoints_list(request: web.Request) -> web.Response:
     async with request.app[POOL].acquire() as conn:
-        rows = await store.list_endpoints(conn)
-    return _json([store.endpoint_public(r) for r in rows])
+        return _json(await service.list_endpoints(conn))
 
 
 async def endpoints_create(request: web.Request) -> web.Response:
     body = await _body(request)
-    spec = service.spec_from_fields(body)
-    secret = spec.secret or service.new_secret(body.get("signature"))
-    settings = request.app[SETTINGS]
+    spec = spec_from_fields(body)
+    box = request.app[SETTINGS].secret_box()
     async with request.app[POOL].acquire() as conn:
-        row = await store.add_endpoint(conn, spec, secret, settings.secret_box())
-    return _json(store.endpoint_public(row, secret=secret), 201)
+        doc = await service.add_endpoint(conn, spec, signature=body.get("signature"), box=box)
+    return _json(doc, 201)
 
 
 async def endpoint_get(request: web.Request) -> web.Response:
-    eid = _int(request.match_info["id"], "id")
     async with request.app[POOL].acquire() as conn:
-        row = await store.get_endpoint(conn, eid)
-    return _json(store.endpoint_public(row))
+        return _json(await service.get_endpoint(conn, _id(request)))
 
 
 async def endpoint_update(request: web.Request) -> web.Response:
-    eid = _int(request.match_info["id"], "id")
+    eid = _id(request)
     patch = await _body(request)
-    if "secret" in patch:
-        raise BadInput("use rotate-secret to change a secret")
-    if "enabled" in patch:
-        raise BadInput("use the disable / enable routes")
-    async with request.app[POOL].acquire() as conn, conn.transaction():
-        current = await store.get_endpoint(conn, eid)
-        spec = service.spec_from_fields(patch, store.spec_from_row(current))
-        row = await store.update_endpoint(conn, eid, spec, set(patch))
-    return _json(store.endpoint_public(row))
+    async with request.app[POOL].acquire() as conn:
+        return _json(await service.update_endpoint(conn, eid, patch))
 
 
 def _toggle(enabled: bool) -> Handler:
     async def handler(request: web.Request) -> web.Response:
-        eid = _int(request.match_info["id"], "id")
         async with request.app[POOL].acquire() as conn:
-            row = await store.set_enabled(conn, eid, enabled)
-        return _json(store.endpoint_public(row))
+            return _json(await service.set_enabled(conn, _id(request), enabled))
 
     return handler
 
 
 async def endpoint_rotate(request: web.Request) -> web.Response:
-    eid = _int(request.match_info["id"], "id")
+    eid = _id(request)
     body = await _body(request)
-    grace = body.get("grace_s", 86_400)
-    if isinstance(grace, bool) or not isinstance(grace, int | float) or not 0 <= grace <= 2**31:
-        raise BadInput("grace_s must be a non-negative number")
-    settings = request.app[SETTINGS]
+    box = request.app[SETTINGS].secret_box()
     async with request.app[POOL].acquire() as conn:
-        row, secret = await service.rotate_secret(conn, eid, float(grace), settings.secret_box())
-    doc = store.endpoint_public(row, secret=secret)
-    doc["grace_s"] = grace
-    return _json(doc)
+        return _json(await service.rotate_secret(conn, eid, body.get("grace_s"), box))
 
 
 async def endpoints_health(request: web.Request) -> web.Response:
+    window_s = request.app[SETTINGS].latency_window_s
     async with request.app[POOL].acquire() as conn:
-        rows = await store.endpoint_health(
-            conn, request.app[SETTINGS].latency_window_s, refresh=_refresh_due(request)
-        )
+        rows = await reports.endpoint_health(conn, window_s, refresh=_refresh_due(request))
     return _json(rows)
 
 
@@ -242,81 +218,53 @@ async def events_create(request: web.Request) -> web.Response:
 
 
 async def deliveries(request: web.Request) -> web.Response:
-    event_id = request.query.get("event_id")
-    if not event_id:
-        raise BadInput("event_id is required")
+    event_id = request.query.get("event_id", "")
     async with request.app[POOL].acquire() as conn:
-        rows = await store.deliveries_for_event(conn, event_id)
-        attempts = await store.attempts_for_event(conn, event_id)
-    by_delivery: dict[int, list[dict[str, Any]]] = {}
-    for a in attempts:
-        by_delivery.setdefault(a.pop("delivery_id"), []).append(a)
-    for r in rows:
-        r["attempts"] = by_delivery.get(r["id"], [])
-    return _json(rows)
+        return _json(await reports.deliveries_for_event(conn, event_id))
 
 
 # ---------------------------------------------------------------- dead letters
 
 
-async def dead_letters(request: web.Request) -> web.Response:
-    q = request.query
-    endpoint = _int(q["endpoint_id"], "endpoint_id") if "endpoint_id" in q else None
-    limit = min(_int(q.get("limit", "100"), "limit"), 1000)
-    async with request.app[POOL].acquire() as conn:
-        rows = await store.dead_letters_list(conn, endpoint, limit)
-    return _json(rows)
+def _query_int(request: web.Request, name: str) -> int | None:
+    value = request.query.get(name)
+    return None if value is None else _int(value, name)
 
 
-def _number(request: web.Request, name: str, default: float, low: float, high: float) -> float:
+def _query_number(request: web.Request, name: str) -> float | None:
+    value = request.query.get(name)
+    if value is None:
+        return None
     try:
-        value = float(request.query.get(name, str(default)))
+        return float(value)
     except ValueError:
         raise BadInput(f"{name} must be a number") from None
-    if not low <= value <= high:
-        raise BadInput(f"{name} must be between {low:g} and {high:g}")
-    return value
+
+
+async def dead_letters(request: web.Request) -> web.Response:
+    endpoint = _query_int(request, "endpoint_id")
+    limit = _query_int(request, "limit")
+    async with request.app[POOL].acquire() as conn:
+        return _json(await reports.dead_letters(conn, endpoint, limit))
 
 
 async def dead_letters_analyze(request: web.Request) -> web.Response:
-    hours = _number(request, "hours", 24, 1 / 60, 24 * 365)
+    hours = _query_number(request, "hours")
     async with request.app[POOL].acquire() as conn:
-        rows = await reports.dlq_report(conn, hours)
-    return _json(rows)
-
-
-def _when(value: Any, name: str) -> datetime | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise BadInput(f"{name} must be an ISO-8601 string")
-    try:
-        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise BadInput(f"{name} must be an ISO-8601 time") from None
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
+        return _json(await reports.dlq_analyze(conn, hours))
 
 
 async def dead_letters_replay(request: web.Request) -> web.Response:
     body = await _body(request)
-    ids = body.get("ids")
-    endpoint = body.get("endpoint_id", body.get("endpoint"))
     async with request.app[POOL].acquire() as conn:
-        if ids is not None:
-            if not isinstance(ids, list) or not all(
-                isinstance(i, int) and not isinstance(i, bool) and 0 < i < 2**63 for i in ids
-            ):
-                raise BadInput("ids must be a list of integer ids")
-            n = await store.replay_ids(conn, ids)
-        elif endpoint is not None:
-            if isinstance(endpoint, bool) or not isinstance(endpoint, int) or endpoint <= 0:
-                raise BadInput("endpoint_id must be an integer id")
-            since = _when(body.get("since"), "since")
-            until = _when(body.get("until"), "until")
-            n = await store.replay_endpoint(conn, endpoint, since, until)
-        else:
-            raise BadInput("give ids or endpoint_id")
-    return _json({"requeued": n})
+        done = await service.replay(
+            conn,
+            ids=body.get("ids"),
+            endpoint_id=body.get("endpoint_id", body.get("endpoint")),
+            since=body.get("since"),
+            until=body.get("until"),
+        )
+    return _json({"requeued": done.requeued})
 
 
 # ---------------------------------------------------------------- summaries
@@ -324,22 +272,19 @@ async def dead_letters_replay(request: web.Request) -> web.Response:
 
 async def health(request: web.Request) -> web.Response:
     async with request.app[POOL].acquire() as conn:
-        doc = await store.health_summary(conn)
-    return _json(doc)
+        return _json(await reports.health_summary(conn))
 
 
 async def timeline(request: web.Request) -> web.Response:
-    minutes = _number(request, "minutes", 15, 1, 24 * 60)
-    span = minutes * 60
-    bucket = max(5.0, span / 90)
+    minutes = _query_number(request, "minutes")
     async with request.app[POOL].acquire() as conn:
-        rows = await store.timeline(conn, span, bucket)
-    return _json({"bucket_s": bucket, "points": rows})
+        return _json(await reports.timeline(conn, minutes))
 
 
 async def alerts(request: web.Request) -> web.Response:
+    window_s = request.app[SETTINGS].latency_window_s
     async with request.app[POOL].acquire() as conn:
-        doc = await reports.alerts(conn, request.app[SETTINGS], refresh=_refresh_due(request))
+        doc = await reports.alerts(conn, window_s, refresh=_refresh_due(request))
     return _json(doc)
 
 
@@ -397,7 +342,7 @@ async def start_admin(bind: str, settings: Settings, url: str, metrics_: Metrics
     if token is None:
         token = secrets.token_urlsafe(24)
         sys.stderr.write(f"dispatcher: DISPATCHER_ADMIN_TOKEN unset; this run's token: {token}\n")
-    pool = await store.create_pool(url, size=3)
+    pool = await db.create_pool(url, size=3)
     app = build_app(settings, pool, token, metrics_)
 
     async def close_pool(_: web.Application) -> None:

@@ -1,10 +1,26 @@
-"""Plain-text tables for people; JSON output is the machine interface."""
+"""Rendering shared by the entry points: JSON for machines, plain-text
+tables for people."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
+
+import orjson
+
+
+def to_json(doc: Any) -> bytes:
+    """The one JSON encoding of every document the CLI prints and the admin
+    API answers (orjson; datetimes as ISO-8601, numeric columns as floats)."""
+    return orjson.dumps(doc, default=_decimal)
+
+
+def _decimal(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return float(value)
+    raise TypeError
 
 
 def print_table(rows: list[dict[str, Any]], cols: Sequence[str]) -> None:

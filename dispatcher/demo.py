@@ -21,7 +21,7 @@ import asyncpg
 import orjson
 from aiohttp import web
 
-from . import reports, store
+from . import catalog, db, reports, service
 from .admin import start_admin
 from .cli_format import print_table
 from .embedded import resolve_database_url
@@ -29,7 +29,6 @@ from .engine import Engine
 from .errors import BadInput
 from .models import EndpointSpec
 from .settings import Settings
-from .signing import generate_secret
 
 DEMO_DB = "dispatcher_demo"
 DEADLINE_S = 45.0
@@ -89,8 +88,8 @@ async def _setup(conn: asyncpg.Connection, port: int, events: int) -> dict[int, 
     names = {}
     for name, extra in plan.items():
         spec = EndpointSpec(url=f"http://127.0.0.1:{port}/{name}", **{**base, **extra})
-        row = await store.add_endpoint(conn, spec, generate_secret())
-        names[row["id"]] = name
+        doc = await service.add_endpoint(conn, spec)
+        names[doc["id"]] = name
     batch = [
         (
             f"evt_demo_{i}",
@@ -104,14 +103,9 @@ async def _setup(conn: asyncpg.Connection, port: int, events: int) -> dict[int, 
         (f"evt_refund_{i}", "demo.refund", orjson.dumps({"amount": 3}).decode(), None)
         for i in range(max(events // 15, 5))
     ]
-    created = await store.enqueue_bulk(conn, batch)
+    created = await catalog.enqueue_bulk(conn, batch)
     print(f"queued {len(batch)} events as {created} deliveries to {len(plan)} endpoints")
     return names
-
-
-async def _snapshot(conn: asyncpg.Connection) -> dict[str, int]:
-    rows = await conn.fetch("SELECT status, count(*) AS n FROM webhook_queue GROUP BY status")
-    return {r["status"]: r["n"] for r in rows}
 
 
 async def run_demo(
@@ -125,7 +119,7 @@ async def run_demo(
     if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", database):
         raise BadInput("--database must be a plain lower-case identifier")
     server_url = resolve_database_url(settings.database_url, settings.home)
-    url = await store.recreate_database(server_url, database)
+    url = await db.recreate_database(server_url, database)
     receivers = DemoReceivers()
     await receivers.start()
     token = settings.admin_token or secrets.token_urlsafe(12)
@@ -143,7 +137,7 @@ async def run_demo(
         max_in_flight=200,
     )
     engine = Engine(demo_settings, url)
-    conn = await store.connect(url)
+    conn = await db.connect(url)
     try:
         names = await _setup(conn, receivers.port, events)
         task = asyncio.create_task(engine.run(), name="demo-engine")
@@ -151,12 +145,8 @@ async def run_demo(
         shown = 0
         while time.monotonic() - t0 < DEADLINE_S:
             await asyncio.sleep(1.0)
-            snap = await _snapshot(conn)
-            transitions = await conn.fetch(
-                "SELECT endpoint_id, from_state, to_state FROM breaker_transitions"
-                " ORDER BY at OFFSET $1",
-                shown,
-            )
+            snap = await catalog.status_counts(conn)
+            transitions = await catalog.breaker_transitions(conn, shown)
             for t in transitions:
                 print(f"  breaker {names[t['endpoint_id']]}: {t['from_state']} -> {t['to_state']}")
             shown += len(transitions)
@@ -185,20 +175,20 @@ async def run_demo(
 
 async def _report(conn: asyncpg.Connection, names: dict[int, str], settings: Settings) -> None:
     print("\n== pipeline health (dispatcher health)")
-    summary = await store.health_summary(conn)
+    summary = await reports.health_summary(conn)
     print_table([summary], list(summary))
     print("\n== endpoints (dispatcher endpoint health)")
-    rows = await store.endpoint_health(conn, settings.latency_window_s)
+    rows = await reports.endpoint_health(conn, settings.latency_window_s)
     for r in rows:
         r["name"] = names[r["endpoint_id"]]
     print_table(rows, ["endpoint_id", "name", "state", "consecutive_failures", "p50_ms",
                        "p95_ms", "p99_ms", "sample_count"])  # fmt: skip
     print("\n== breaker transitions")
-    for t in await conn.fetch("SELECT * FROM breaker_transitions ORDER BY at"):
+    for t in await catalog.breaker_transitions(conn):
         print(f"  {names[t['endpoint_id']]:8} {t['from_state']} -> {t['to_state']}"
               f" (cooldown {t['cooldown_seconds']:.0f}s)")  # fmt: skip
     print("\n== dead letters (dispatcher dlq analyze)")
-    out = await reports.dlq_report(conn, 24)
+    out = await reports.dlq_analyze(conn)
     for r in out:
         r["endpoint"] = names[r["endpoint_id"]]
     print_table(out, ["endpoint", "dead", "primary_status_code", "avg_attempts", "pattern",

@@ -1,28 +1,79 @@
-"""Reports built from the store and the pure analyses: dead letters, alerts."""
+"""The reports: what the CLI, the admin API, the dashboard and /metrics show.
+
+One function per report, each taking a connection and already-read values
+and owning its defaults and limits; the catalog reads the rows and the pure
+analyses (dlq) interpret them. Results are JSON-ready documents (dicts and
+lists), the same for every entry point. Never runs SQL.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import store
+from . import catalog
+from .db import Conn
 from .dlq import classify
-from .settings import Settings
-from .store import Conn
+from .errors import BadInput
+from .inputs import check_number
+from .rows import QueueGauges, as_dict
+
+DEFAULT_PENDING_AGE_S = 1800.0  # the oldest_pending alert's floor
+DEFAULT_P95_MS = 2000.0  # "slow": rolling p95 over this …
+MIN_SAMPLES = 20  # … measured on at least this many attempts
+DEFAULT_DLQ_HOURS = 24.0
+MAX_DLQ_HOURS = 24 * 365.0
+DEFAULT_DEAD_LETTERS = 100
+MAX_DEAD_LETTERS = 1000
+DEFAULT_TIMELINE_MINUTES = 15.0
+MAX_TIMELINE_MINUTES = 24 * 60.0
+TIMELINE_POINTS = 90
+MIN_BUCKET_S = 5.0
 
 
-async def dlq_report(conn: Conn, hours: float) -> list[dict[str, Any]]:
+async def health_summary(conn: Conn) -> dict[str, Any]:
+    """The one-row pipeline summary (`dispatcher health`)."""
+    return as_dict(await catalog.health_summary(conn))
+
+
+async def endpoint_health(
+    conn: Conn, window_s: float, *, refresh: bool = True
+) -> list[dict[str, Any]]:
+    """Per endpoint: breaker, consecutive failures, percentiles over the
+    window. `refresh` recomputes the percentiles first instead of reading
+    the stored ones (the admin API refreshes at most every few seconds)."""
+    return [as_dict(r) for r in await catalog.endpoint_health(conn, window_s, refresh=refresh)]
+
+
+async def slow_endpoints(
+    conn: Conn, window_s: float, p95_ms: float | None = None, *, refresh: bool = True
+) -> list[dict[str, Any]]:
+    """Endpoints whose rolling p95 is over `p95_ms` (with enough samples)."""
+    threshold = DEFAULT_P95_MS if p95_ms is None else check_number(p95_ms, "p95_ms", 0, 1e9)
+    return [
+        r
+        for r in await endpoint_health(conn, window_s, refresh=refresh)
+        if r["sample_count"] >= MIN_SAMPLES and r["p95_ms"] is not None and r["p95_ms"] > threshold
+    ]
+
+
+async def dlq_analyze(conn: Conn, hours: float | None = None) -> list[dict[str, Any]]:
+    """Per endpoint, the dead letters of the last `hours`: counts, primary
+    error and status code, and the pattern they form with its suggested action."""
+    span = DEFAULT_DLQ_HOURS if hours is None else hours
+    if isinstance(span, bool) or not isinstance(span, int | float) or not 0 < span <= MAX_DLQ_HOURS:
+        raise BadInput(f"hours must be positive and at most {MAX_DLQ_HOURS:g}")
     out = []
-    for r in await store.dead_letters_by_endpoint(conn, hours):
-        pattern = classify(r["times"], r["codes"])
+    for g in await catalog.dead_letters_by_endpoint(conn, span):
+        pattern = classify(g.times, g.codes)
         out.append(
             {
-                "endpoint_id": r["endpoint_id"],
-                "dead": r["dead"],
-                "primary_error": r["primary_error"],
-                "primary_status_code": r["primary_status_code"],
-                "first_at": r["first_at"],
-                "last_at": r["last_at"],
-                "avg_attempts": round(r["avg_attempts"], 2),
+                "endpoint_id": g.endpoint_id,
+                "dead": g.dead,
+                "primary_error": g.primary_error,
+                "primary_status_code": g.primary_status_code,
+                "first_at": g.first_at,
+                "last_at": g.last_at,
+                "avg_attempts": round(g.avg_attempts, 2),
                 "pattern": pattern.name,
                 "suggested_action": pattern.action,
             }
@@ -30,13 +81,7 @@ async def dlq_report(conn: Conn, hours: float) -> list[dict[str, Any]]:
     return out
 
 
-DEFAULT_PENDING_AGE_S = 1800.0
-DEFAULT_P95_MS = 2000.0
-
-
-async def alerts(
-    conn: Conn, settings: Settings, *, refresh: bool = True
-) -> dict[str, dict[str, Any]]:
+async def alerts(conn: Conn, window_s: float, *, refresh: bool = True) -> dict[str, dict[str, Any]]:
     """Each alert with its current value, threshold and whether it fires.
 
     - dead_letters_rising: dead letters created in the last hour exceed those
@@ -46,25 +91,20 @@ async def alerts(
     - slow_endpoints: endpoints whose rolling p95 exceeds the threshold
       (with at least 20 samples).
     """
-    row = await conn.fetchrow(store.Q["alert_inputs"])
-    assert row is not None
-    window_s = max(DEFAULT_PENDING_AGE_S, float(row["retry_window_s"] or 0))
-    oldest_age = row["oldest_pending_age_s"]
-    slow = [
-        r["endpoint_id"]
-        for r in await store.endpoint_health(conn, settings.latency_window_s, refresh=refresh)
-        if r["sample_count"] >= 20 and r["p95_ms"] is not None and r["p95_ms"] > DEFAULT_P95_MS
-    ]
+    a = await catalog.alert_inputs(conn)
+    pending_window_s = max(DEFAULT_PENDING_AGE_S, float(a.retry_window_s or 0))
+    oldest_age = a.oldest_pending_age_s
+    slow = [r["endpoint_id"] for r in await slow_endpoints(conn, window_s, refresh=refresh)]
     return {
         "dead_letters_rising": {
-            "firing": row["dead_last_hour"] > row["dead_prev_hour"] and row["dead_last_hour"] > 0,
-            "value": row["dead_last_hour"],
-            "threshold": row["dead_prev_hour"],
+            "firing": a.dead_last_hour > a.dead_prev_hour and a.dead_last_hour > 0,
+            "value": a.dead_last_hour,
+            "threshold": a.dead_prev_hour,
         },
         "oldest_pending": {
-            "firing": oldest_age is not None and oldest_age > window_s,
+            "firing": oldest_age is not None and oldest_age > pending_window_s,
             "value": None if oldest_age is None else round(oldest_age, 1),
-            "threshold": window_s,
+            "threshold": pending_window_s,
         },
         "slow_endpoints": {
             "firing": bool(slow),
@@ -72,3 +112,48 @@ async def alerts(
             "threshold": DEFAULT_P95_MS,
         },
     }
+
+
+async def metrics_view(
+    conn: Conn, window_s: float, *, refresh: bool = True
+) -> tuple[QueueGauges, dict[str, dict[str, Any]]]:
+    """What a /metrics scrape reads from the database: queue and breaker
+    gauges, and the alerts."""
+    gauges = await catalog.queue_gauges(conn)
+    return gauges, await alerts(conn, window_s, refresh=refresh)
+
+
+async def deliveries_for_event(conn: Conn, event_id: str) -> list[dict[str, Any]]:
+    """Each delivery of one event, with its attempts (oldest first)."""
+    if not isinstance(event_id, str) or not event_id:
+        raise BadInput("event_id is required")
+    rows = [as_dict(d) for d in await catalog.deliveries_for_event(conn, event_id)]
+    by_delivery: dict[int, list[dict[str, Any]]] = {}
+    for attempt in await catalog.attempts_for_event(conn, event_id):
+        doc = as_dict(attempt)
+        by_delivery.setdefault(doc.pop("delivery_id"), []).append(doc)
+    for r in rows:
+        r["attempts"] = by_delivery.get(r["id"], [])
+    return rows
+
+
+async def dead_letters(
+    conn: Conn, endpoint_id: int | None = None, limit: int | None = None
+) -> list[dict[str, Any]]:
+    """The newest dead letters (of one endpoint, or all), at most 1,000."""
+    n = DEFAULT_DEAD_LETTERS if limit is None else limit
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise BadInput("limit must be at least 1")
+    rows = await catalog.dead_letters(conn, endpoint_id, min(n, MAX_DEAD_LETTERS))
+    return [as_dict(r) for r in rows]
+
+
+async def timeline(conn: Conn, minutes: float | None = None) -> dict[str, Any]:
+    """Enqueued, delivered and dead per bucket over the last `minutes`."""
+    span_min = DEFAULT_TIMELINE_MINUTES
+    if minutes is not None:
+        span_min = check_number(minutes, "minutes", 1, MAX_TIMELINE_MINUTES)
+    span_s = span_min * 60
+    bucket_s = max(MIN_BUCKET_S, span_s / TIMELINE_POINTS)
+    points = await catalog.timeline(conn, span_s, bucket_s)
+    return {"bucket_s": bucket_s, "points": [as_dict(p) for p in points]}

@@ -1,154 +1,62 @@
-"""Operations shared by the CLI and the admin API.
+"""The operations on endpoints, events and dead letters: one function each.
 
-User input (flags or JSON) becomes validated values here, then goes to the
-store; both entry points report errors the same way.
+The CLI, the admin API, the Python API and the demo all call these with a
+connection and values already read from their input; the operation, its
+defaults and its checks live here once. What a user sees of an endpoint
+(`endpoint_public`) is decided here too. This module never runs SQL (the
+catalog does) and never formats output for a terminal or an HTTP response.
 """
 
 from __future__ import annotations
 
-import sys
-import uuid
-from collections.abc import Mapping
-from dataclasses import fields
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-import orjson
-
-from . import store
-from .api import check_endpoint_id, check_event_id, check_event_type
+from . import catalog
+from .db import Conn
 from .errors import BadInput
-from .models import EndpointSpec
+from .inputs import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    check_event_type,
+    check_id,
+    check_number,
+    event_id_of,
+    parse_event,
+    parse_time,
+    payload_text,
+    read_events,
+    spec_from_fields,
+)
+from .models import SETTING_NAMES, EndpointSpec
+from .rows import EndpointRecord
 from .secretbox import SecretBox, unseal
-from .signing import generate_secret, generate_signing_key, validate_secret
-from .ssrf import validate_url
+from .signing import SIGNING_KEY_PREFIX, generate_secret, generate_signing_key, public_key
 
-_INT_FIELDS = {"burst", "max_in_flight", "timeout_ms", "max_attempts", "retry_base_ms",
-               "retry_cap_ms", "failure_threshold"}  # fmt: skip
-_FLOAT_FIELDS = {"rate_per_s", "cooldown_s"}
-SPEC_FIELDS = frozenset(f.name for f in fields(EndpointSpec))
+DEFAULT_GRACE_S = 86_400.0  # a rotated-out secret keeps signing for a day
+MAX_GRACE_S = float(2**31)
+DEFAULT_REPLAY_LIMIT = 10_000  # dead letters requeued per replay call
 
-
-def _typed(name: str, value: Any) -> Any:
-    if value is None:
-        if name in ("rate_per_s", "burst", "secret"):
-            return None
-        raise BadInput(f"{name} must not be null")
-    if name in _INT_FIELDS:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise BadInput(f"{name} must be an integer")
-        if abs(value) > 2**31 - 1:
-            raise BadInput(f"{name} is out of range")
-    elif name in _FLOAT_FIELDS:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise BadInput(f"{name} must be a number")
-        value = float(value)
-    elif name == "event_types":
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list | tuple) or not all(isinstance(t, str) for t in value):
-            raise BadInput("event_types must be a list of strings")
-        value = tuple(value)
-    elif name == "headers":
-        if isinstance(value, dict):
-            value = tuple(value.items())
-        elif isinstance(value, list | tuple):
-            value = tuple(_header_line(h) if isinstance(h, str) else h for h in value)
-        else:
-            raise BadInput("headers must be an object of name: value")
-        if not all(isinstance(h, tuple) and len(h) == 2 for h in value):
-            raise BadInput("headers must be an object of name: value")
-    elif name in ("url", "secret") and not isinstance(value, str):
-        raise BadInput(f"{name} must be a string")
-    return value
+# ---------------------------------------------------------------- endpoints
 
 
-def _header_line(line: str) -> tuple[str, str]:
-    name, sep, value = line.partition(":")
-    if not sep:
-        raise BadInput(f"header {line!r} must look like 'Name: value'")
-    return name.strip(), value.strip()
-
-
-def spec_from_fields(data: Mapping[str, Any], base: EndpointSpec | None = None) -> EndpointSpec:
-    """A validated spec from user fields, over `base` (for updates) or defaults."""
-    data = {k: v for k, v in data.items() if k != "signature"}
-    unknown = set(data) - SPEC_FIELDS
-    if unknown:
-        raise BadInput(f"unknown field: {sorted(unknown)[0]}")
-    values = {} if base is None else {f: getattr(base, f) for f in SPEC_FIELDS}
-    for name, value in data.items():
-        values[name] = _typed(name, value)
-    if "url" not in values:
-        raise BadInput("url is required")
-    validate_url(values["url"])
-    secret = values.get("secret")
+def endpoint_public(record: EndpointRecord, *, secret: str | None = None) -> dict[str, Any]:
+    """An endpoint as users see it: the secret (and for an ed25519 key its
+    public half) only when just created or rotated."""
+    out: dict[str, Any] = {"id": record.id, "url": record.url}
+    out.update((name, getattr(record, name)) for name in SETTING_NAMES)
+    out["event_types"] = list(record.event_types)
+    out["headers"] = dict(record.headers)
+    out["enabled"] = record.enabled
+    out["disabled_reason"] = record.disabled_reason
+    out["created_at"] = record.created_at
+    out["updated_at"] = record.updated_at
     if secret is not None:
-        validate_secret(secret)
-    spec = EndpointSpec(**values)
-    spec.validate()
-    return spec
-
-
-def new_event_id() -> str:
-    return f"evt_{uuid.uuid4().hex}"
-
-
-def event_id_of(value: Any) -> str:
-    return check_event_id(value) or new_event_id()
-
-
-Event = tuple[str, str, str, int | None]  # event_id, event_type, payload text, endpoint
-
-
-def parse_event(doc: Mapping[str, Any], max_payload_bytes: int) -> Event:
-    """One event document (an API body, a JSONL line) as the values to queue."""
-    event_type = check_event_type(doc.get("event_type"))
-    if "payload" not in doc:
-        raise BadInput("payload is required")
-    endpoint = check_endpoint_id(doc.get("endpoint", doc.get("endpoint_id")))
-    # The payload arrives parsed inside the document; its canonical encoding
-    # is what gets stored, signed and sent (valid by construction, so it is
-    # not parsed again).
-    try:
-        encoded = orjson.dumps(doc["payload"])
-    except TypeError as exc:
-        raise BadInput(f"payload cannot be encoded as JSON: {exc}") from None
-    if len(encoded) > max_payload_bytes:
-        raise BadInput(f"payload is {len(encoded)} bytes, over the limit of {max_payload_bytes}")
-    return event_id_of(doc.get("event_id")), event_type, encoded.decode(), endpoint
-
-
-def read_events(path: str, max_payload_bytes: int) -> list[Event]:
-    """A JSONL file (or - for stdin) of event documents, validated whole."""
-    try:
-        f = sys.stdin.buffer if path == "-" else open(path, "rb")
-    except OSError as exc:
-        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
-    events = []
-    with f:
-        for lineno, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            try:
-                doc = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                raise BadInput(f"{path}:{lineno}: not valid JSON") from None
-            if not isinstance(doc, dict):
-                raise BadInput(f"{path}:{lineno}: each line must be a JSON object")
-            try:
-                events.append(parse_event(doc, max_payload_bytes))
-            except BadInput as exc:
-                raise BadInput(f"{path}:{lineno}: {exc}") from None
-    return events
-
-
-async def enqueue_event(
-    conn: store.Conn, doc: Mapping[str, Any], max_payload_bytes: int = 256 * 1024
-) -> dict[str, Any]:
-    """The `enqueue` semantics for one event given as a JSON-shaped document."""
-    event_id, event_type, payload, endpoint = parse_event(doc, max_payload_bytes)
-    ids = await store.enqueue(conn, event_type, payload, event_id, endpoint)
-    return {"event_id": event_id, "deliveries": ids}
+        out["secret"] = secret
+        if secret.startswith(SIGNING_KEY_PREFIX):
+            out["public_key"] = public_key(secret)
+    return out
 
 
 def new_secret(scheme: str | None) -> str:
@@ -160,12 +68,139 @@ def new_secret(scheme: str | None) -> str:
     raise BadInput("signature must be v1 (HMAC) or v1a (ed25519)")
 
 
+def scheme_of(secret: str) -> str:
+    return "v1a" if secret.startswith(SIGNING_KEY_PREFIX) else "v1"
+
+
+async def add_endpoint(
+    conn: Conn, spec: EndpointSpec, *, signature: str | None = None, box: SecretBox | None = None
+) -> dict[str, Any]:
+    """Creates an endpoint; without a secret in `spec`, one of `signature`'s scheme."""
+    secret = spec.secret or new_secret(signature)
+    record = await catalog.add_endpoint(conn, spec, secret, box)
+    return endpoint_public(record, secret=secret)
+
+
+async def update_endpoint(conn: Conn, endpoint_id: int, patch: Mapping[str, Any]) -> dict[str, Any]:
+    """Applies `patch` over the endpoint's current settings, validated whole."""
+    if "secret" in patch:
+        raise BadInput("use rotate-secret to change a secret")
+    if "enabled" in patch:
+        raise BadInput("use the disable / enable routes")
+    async with conn.transaction():
+        current = await catalog.get_endpoint(conn, endpoint_id, lock=True)
+        base = EndpointSpec(url=current.url, **{k: getattr(current, k) for k in SETTING_NAMES})
+        spec = spec_from_fields(patch, base)
+        record = await catalog.update_endpoint(conn, endpoint_id, spec)
+    return endpoint_public(record)
+
+
+async def set_enabled(conn: Conn, endpoint_id: int, enabled: bool) -> dict[str, Any]:
+    """Stops or resumes deliveries to an endpoint; nothing queued is lost."""
+    return endpoint_public(await catalog.set_enabled(conn, endpoint_id, enabled))
+
+
 async def rotate_secret(
-    conn: store.Conn, endpoint_id: int, grace_s: float, box: SecretBox | None
-) -> tuple[Any, str]:
-    """A new secret of the endpoint's scheme; the old one signs alongside it for grace_s."""
-    current = await store.get_endpoint(conn, endpoint_id)
-    scheme = "v1a" if unseal(box, current["secret"]).startswith("whsk_") else "v1"
-    secret = new_secret(scheme)
-    row = await store.rotate_secret(conn, endpoint_id, secret, grace_s, box)
-    return row, secret
+    conn: Conn, endpoint_id: int, grace_s: float | None = None, box: SecretBox | None = None
+) -> dict[str, Any]:
+    """A new secret of the endpoint's own scheme (HMAC stays HMAC, ed25519
+    stays ed25519); the old one keeps signing alongside it for `grace_s`."""
+    grace = DEFAULT_GRACE_S if grace_s is None else check_number(grace_s, "grace_s", 0, MAX_GRACE_S)
+    async with conn.transaction():
+        current = await catalog.get_endpoint(conn, endpoint_id, lock=True)
+        # The stored secret may be sealed: its scheme is that of the plaintext.
+        secret = new_secret(scheme_of(unseal(box, current.sealed_secret)))
+        record = await catalog.rotate_secret(conn, endpoint_id, secret, grace, box)
+    doc = endpoint_public(record, secret=secret)
+    doc["grace_s"] = grace
+    return doc
+
+
+async def list_endpoints(conn: Conn) -> list[dict[str, Any]]:
+    return [endpoint_public(r) for r in await catalog.list_endpoints(conn)]
+
+
+async def get_endpoint(conn: Conn, endpoint_id: int) -> dict[str, Any]:
+    return endpoint_public(await catalog.get_endpoint(conn, endpoint_id))
+
+
+# ---------------------------------------------------------------- events
+
+
+async def enqueue(
+    conn: Conn,
+    event_type: str,
+    payload: Any,
+    event_id: str | None = None,
+    endpoint_id: int | None = None,
+    *,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> dict[str, Any]:
+    """Queues one event: a delivery per subscribed endpoint (or only to
+    `endpoint_id`). JSON text or bytes are kept byte for byte. The same event
+    id again creates nothing new and answers the existing deliveries."""
+    event_type = check_event_type(event_type)
+    event_id = event_id_of(event_id)
+    endpoint_id = check_id(endpoint_id)
+    text = payload_text(payload, max_payload_bytes)
+    ids = await catalog.enqueue(conn, event_type, text, event_id, endpoint_id)
+    return {"event_id": event_id, "deliveries": ids}
+
+
+async def enqueue_event(
+    conn: Conn, doc: Mapping[str, Any], max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+) -> dict[str, Any]:
+    """`enqueue` for one event given as a JSON document (an API body)."""
+    event_id, event_type, payload, endpoint = parse_event(doc, max_payload_bytes)
+    ids = await catalog.enqueue(conn, event_type, payload, event_id, endpoint)
+    return {"event_id": event_id, "deliveries": ids}
+
+
+async def enqueue_file(
+    conn: Conn, path: str, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+) -> dict[str, Any]:
+    """Queues a JSONL file (- for stdin) of event documents, all or nothing."""
+    events = read_events(path, max_payload_bytes)
+    created = await catalog.enqueue_bulk(conn, events)
+    return {"events": len(events), "deliveries": created}
+
+
+# ---------------------------------------------------------------- dead letters
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Replayed:
+    requeued: int
+    limit_reached: bool  # more may be left: call again
+
+
+async def replay(
+    conn: Conn,
+    *,
+    ids: Sequence[int] | None = None,
+    endpoint_id: int | None = None,
+    since: str | datetime | None = None,
+    until: str | datetime | None = None,
+    limit: int | None = None,
+) -> Replayed:
+    """Moves dead letters back to pending with a fresh attempt budget: the
+    given ids, or an endpoint's (optionally only those that died between
+    `since` and `until`, at most `limit` per call)."""
+    if ids is not None and endpoint_id is not None:
+        raise BadInput("use either ids or an endpoint, not both")
+    if ids is not None:
+        if not isinstance(ids, list | tuple):
+            raise BadInput("ids must be a list of integer ids")
+        for i in ids:
+            check_id(i, "each id")
+        n = await catalog.replay_ids(conn, list(ids))
+        return Replayed(requeued=n, limit_reached=False)
+    if endpoint_id is None:
+        raise BadInput("replay needs ids or an endpoint")
+    check_id(endpoint_id, "endpoint")
+    cap = DEFAULT_REPLAY_LIMIT if limit is None else limit
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        raise BadInput("limit must be at least 1")
+    start, end = parse_time(since, "since"), parse_time(until, "until")
+    n = await catalog.replay_endpoint(conn, endpoint_id, start, end, cap)
+    return Replayed(requeued=n, limit_reached=n == cap)

@@ -15,11 +15,7 @@ import hashlib
 import hmac
 import secrets as _secrets
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import (
-    Ed25519PrivateKey,
-    Ed25519PublicKey,
-)
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import (
     Encoding,
     NoEncryption,
@@ -123,44 +119,3 @@ class Signer:
 
 def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     return Signer((secret,)).signature(msg_id, timestamp, body)
-
-
-def verify_signature(
-    secrets: tuple[str, ...], msg_id: str, timestamp: int, body: bytes, header: str
-) -> bool:
-    """True when an entry of the header matches one of the keys: `v1,` entries
-    against `whsec_` secrets, `v1a,` entries against `whpk_` public keys.
-
-    Hostile header text (non-ASCII, bad base64, lone surrogates) is simply
-    not a match. dispatcher.receiver builds the full verifier on this.
-    """
-    try:
-        message = f"{msg_id}.{timestamp}.".encode() + body
-    except UnicodeEncodeError:
-        return False
-    offered: dict[str, list[bytes]] = {"v1": [], "v1a": []}
-    for entry in header.split():
-        version, _, value = entry.partition(",")
-        if version in offered:
-            try:
-                offered[version].append(base64.b64decode(value, validate=True))
-            except ValueError:
-                continue
-    for secret in secrets:
-        if secret.startswith(PUBLIC_KEY_PREFIX):
-            raw = _b64(secret, PUBLIC_KEY_PREFIX, "public key")
-            try:
-                key = Ed25519PublicKey.from_public_bytes(raw)
-            except ValueError:
-                raise BadInput("public key must decode to 32 bytes") from None
-            for sig in offered["v1a"]:
-                try:
-                    key.verify(sig, message)
-                    return True
-                except InvalidSignature:
-                    continue
-            continue
-        expected = hmac.new(secret_key(secret), message, hashlib.sha256).digest()
-        if any(hmac.compare_digest(expected, o) for o in offered["v1"]):
-            return True
-    return False

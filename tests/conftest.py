@@ -18,7 +18,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from dispatcher import store
+from dispatcher import db
 from dispatcher.embedded import with_database
 from tests.receivers import Receiver
 
@@ -69,7 +69,7 @@ def template_db(server_url: str) -> Iterator[str]:
         await _admin(server_url, f"DROP DATABASE IF EXISTS {name}", f"CREATE DATABASE {name}")
         conn = await asyncpg.connect(with_database(server_url, name))
         try:
-            await store.migrate(conn)
+            await db.migrate(conn)
         finally:
             await conn.close()
 

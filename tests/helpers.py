@@ -10,7 +10,7 @@ from typing import Any
 
 import asyncpg
 
-from dispatcher import store
+from dispatcher import catalog
 from dispatcher.engine import Engine
 from dispatcher.models import EndpointSpec
 from dispatcher.settings import Settings
@@ -30,8 +30,8 @@ async def add_endpoint(conn: asyncpg.Connection, url: str, **kw: Any) -> tuple[i
     spec = EndpointSpec(url=url, **kw)
     spec.validate()
     secret = kw.get("secret") or generate_secret()
-    row = await store.add_endpoint(conn, spec, secret)
-    return row["id"], secret
+    record = await catalog.add_endpoint(conn, spec, secret)
+    return record.id, secret
 
 
 def engine(db_url: str, **overrides: Any) -> Engine:
@@ -45,8 +45,7 @@ async def drain(db_url: str, timeout: float = 30.0, **overrides: Any) -> Engine:
 
 
 async def statuses(conn: asyncpg.Connection) -> dict[str, int]:
-    rows = await conn.fetch("SELECT status, count(*) AS n FROM webhook_queue GROUP BY status")
-    return {r["status"]: r["n"] for r in rows}
+    return await catalog.status_counts(conn)
 
 
 def cli_env(db_url: str, **extra: str) -> dict[str, str]:

@@ -263,7 +263,7 @@ async def test_notify_wakes_idle_engine(conn: asyncpg.Connection, db_url: str,
 
 
 async def test_bulk_copy_wakes_listeners_once(conn: asyncpg.Connection, db_url: str) -> None:
-    from dispatcher import store
+    from dispatcher import catalog
 
     await add_endpoint(conn, "https://example.com/hook")
     seen: list[str] = []
@@ -276,7 +276,7 @@ async def test_bulk_copy_wakes_listeners_once(conn: asyncpg.Connection, db_url: 
 
     await listener.add_listener("dispatcher_due", note)
     try:
-        n = await store.enqueue_bulk(conn, [(f"c{i}", "t", "{}", None) for i in range(2000)])
+        n = await catalog.enqueue_bulk(conn, [(f"c{i}", "t", "{}", None) for i in range(2000)])
         assert n == 2000
         await asyncio.wait_for(got.wait(), 5)
         await conn.execute("SELECT pg_notify('marker', '')")  # a round trip after the commit
@@ -305,11 +305,11 @@ async def test_enqueue_inside_rolled_back_transaction_creates_nothing(
 
 
 async def test_concurrent_migrations(empty_db_url: str) -> None:
-    from dispatcher import store
+    from dispatcher import db
 
     conns = [await asyncpg.connect(empty_db_url) for _ in range(4)]
     try:
-        results = await asyncio.gather(*(store.migrate(c) for c in conns))
+        results = await asyncio.gather(*(db.migrate(c) for c in conns))
     finally:
         for c in conns:
             await c.close()

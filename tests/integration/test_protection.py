@@ -8,7 +8,7 @@ import sys
 import asyncpg
 from aiohttp import web
 
-from dispatcher import store
+from dispatcher import catalog
 from tests.helpers import add_endpoint, cli_env, drain, engine, statuses
 from tests.receivers import Receiver, delay, sequence, status
 
@@ -60,7 +60,7 @@ async def _measured_rate(db_url: str, conn: asyncpg.Connection, receiver: Receiv
                          workers: int) -> float:  # fmt: skip
     rate = 40.0
     await add_endpoint(conn, receiver.url("/limited"), rate_per_s=rate, burst=1)
-    await store.enqueue_bulk(conn, [(f"r{i}", "t", "{}", None) for i in range(200)])
+    await catalog.enqueue_bulk(conn, [(f"r{i}", "t", "{}", None) for i in range(200)])
     procs = await _workers(db_url, workers, "--drain")
     codes = await _wait_all(procs)
     assert codes == [0] * workers
@@ -89,7 +89,7 @@ async def test_exactly_one_probe_across_two_workers(
 ) -> None:
     receiver.routes["/down"] = status(500)
     eid, _ = await add_endpoint(conn, receiver.url("/down"), cooldown_s=60, max_attempts=50)
-    await store.enqueue_bulk(conn, [(f"p{i}", "t", "{}", None) for i in range(20)])
+    await catalog.enqueue_bulk(conn, [(f"p{i}", "t", "{}", None) for i in range(20)])
     await conn.execute(
         "UPDATE endpoint_health SET state='open', consecutive_failures=10,"
         " opened_at = now() - interval '61 seconds', cooldown_seconds = 60"
@@ -114,7 +114,7 @@ async def test_breaker_reopens_with_doubled_cooldown_then_closes(
                                 max_in_flight=1, retry_base_ms=0, retry_cap_ms=0,
                                 max_attempts=50, cooldown_s=0.3)  # fmt: skip
     for i in range(5):
-        await store.enqueue_bulk(conn, [(f"c{i}", "t", "{}", None)])
+        await catalog.enqueue_bulk(conn, [(f"c{i}", "t", "{}", None)])
     await _run_until_delivered(db_url, conn, 5)
     assert await statuses(conn) == {"delivered": 5}
     rows = await conn.fetch("SELECT * FROM breaker_transitions ORDER BY at")
@@ -141,7 +141,7 @@ async def test_retry_after_pauses_the_whole_endpoint(
 
     receiver.routes["/busy"] = busy_once
     await add_endpoint(conn, receiver.url("/busy"), max_in_flight=1, retry_base_ms=0)
-    await store.enqueue_bulk(conn, [(f"b{i}", "t", "{}", None) for i in range(5)])
+    await catalog.enqueue_bulk(conn, [(f"b{i}", "t", "{}", None) for i in range(5)])
     await _run_until_delivered(db_url, conn, 5)
     times = [r.at for r in receiver.received]
     assert len(times) == 6
@@ -156,7 +156,7 @@ async def test_slowing_endpoint_gets_fewer_parallel_requests(
     await add_endpoint(conn, receiver.url("/slow"), max_in_flight=50, timeout_ms=200,
                        retry_base_ms=0, retry_cap_ms=0, max_attempts=2,
                        failure_threshold=1000)  # fmt: skip
-    await store.enqueue_bulk(conn, [(f"s{i}", "t", "{}", None) for i in range(20)])
+    await catalog.enqueue_bulk(conn, [(f"s{i}", "t", "{}", None) for i in range(20)])
     await drain(db_url, timeout=60)
     # Requests started within one timeout of each other were in flight together.
     # Without adaptation 50 would start at once; AIMD starts small and halves
@@ -173,7 +173,7 @@ async def test_claims_spread_over_endpoints_and_still_fill_for_one_busy_endpoint
 ) -> None:
     for i in range(50):
         await add_endpoint(conn, receiver.url(f"/e{i}"), event_types=(f"t{i}",))
-    await store.enqueue_bulk(
+    await catalog.enqueue_bulk(
         conn, [(f"f{i}-{j}", f"t{i}", "{}", None) for i in range(50) for j in range(10)]
     )
     await drain(db_url, max_in_flight=50, batch_size=50)
@@ -182,7 +182,7 @@ async def test_claims_spread_over_endpoints_and_still_fill_for_one_busy_endpoint
     receiver.received.clear()
 
     await add_endpoint(conn, receiver.url("/busy"), event_types=("busy",))
-    await store.enqueue_bulk(conn, [(f"b{j}", "busy", "{}", None) for j in range(300)])
+    await catalog.enqueue_bulk(conn, [(f"b{j}", "busy", "{}", None) for j in range(300)])
     e = await drain(db_url, max_in_flight=100, batch_size=100)
     assert e.stats.claimed == 300
     # The second pass gives the busy endpoint the rest of the batch: a claim

@@ -23,7 +23,7 @@ import pytest
 from aiohttp import web
 from yarl import URL
 
-from dispatcher import enqueue, store
+from dispatcher import catalog, enqueue
 from dispatcher.receiver import (
     WEBHOOK_BODY,
     WEBHOOK_ID,
@@ -188,7 +188,7 @@ async def test_wrong_secret_gets_401_then_recovers_by_replay(
     await shop.stop()
     fixed = await Shop(db_url, [SECRET, other_secret], port=shop.port).start()
     try:
-        assert await store.replay_ids(conn, [qid]) == 1
+        assert await catalog.replay_ids(conn, [qid]) == 1
         await drain(db_url)
         row = await conn.fetchrow("SELECT * FROM webhook_queue WHERE id = $1", qid)
         assert (row["status"], row["last_status_code"]) == ("delivered", 200)
@@ -204,7 +204,7 @@ async def test_rotated_secret_keeps_verifying_during_grace(
     # The endpoint rotates to a secret the receiver does not know yet; the
     # old one still signs during the grace period, so nothing is refused.
     eid, _ = await add_endpoint(conn, shop.url("/orders"), secret=SECRET)
-    await store.rotate_secret(conn, eid, generate_secret(), 3600.0)
+    await catalog.rotate_secret(conn, eid, generate_secret(), 3600.0)
     await enqueue(conn, "order.paid", {"amount": 1}, "evt_rotated")
     await drain(db_url)
     assert shop.statuses("/orders") == [200]

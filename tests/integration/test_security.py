@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import socket
 import sys
 from dataclasses import replace
 
+import aiohttp
 import asyncpg
 import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -15,16 +17,27 @@ from standardwebhooks import Webhook as StandardWebhook
 from svix.webhooks import Webhook as SvixWebhook
 
 from dispatcher import enqueue
+from dispatcher.admin import start_admin
 from dispatcher.engine import Engine
+from dispatcher.receiver import VerificationError, verify
 from dispatcher.sender import Sender
 from dispatcher.service import rotate_secret
-from dispatcher.signing import generate_signing_key, public_key, verify_signature
+from dispatcher.signing import generate_signing_key, public_key
 from tests.helpers import FAST, add_endpoint, cli, cli_env, drain
 from tests.receivers import Receiver, status
 
 
 def _headers(r: object) -> dict[str, str]:
     return {k.lower(): v for k, v in r.headers.items()}  # type: ignore[attr-defined]
+
+
+def _verifies(key: str, body: bytes, headers: dict[str, str]) -> bool:
+    """dispatcher's receiver kit, holding `key` (a whsec_ secret or a whpk_ public key)."""
+    try:
+        verify(body, headers, key)
+    except VerificationError:
+        return False
+    return True
 
 
 def _accepts(secret: str, body: bytes, headers: dict[str, str]) -> bool:
@@ -45,10 +58,10 @@ async def test_rotation_with_public_verifiers(conn: asyncpg.Connection, db_url: 
     eid, s1 = await add_endpoint(conn, receiver.url("/ok"))
     await enqueue(conn, "t", {"n": 1}, "before")
     await drain(db_url)
-    _, s2 = await rotate_secret(conn, eid, 3600, None)
+    s2 = (await rotate_secret(conn, eid, 3600))["secret"]
     await enqueue(conn, "t", {"n": 2}, "during")
     await drain(db_url)
-    _, s3 = await rotate_secret(conn, eid, 0, None)
+    s3 = (await rotate_secret(conn, eid, 0))["secret"]
     await enqueue(conn, "t", {"n": 3}, "after")
     await drain(db_url)
     before, during, after = receiver.received
@@ -66,7 +79,7 @@ async def test_rotation_with_public_verifiers(conn: asyncpg.Connection, db_url: 
 
 async def test_grace_period_ends(conn: asyncpg.Connection, db_url: str, receiver: Receiver) -> None:
     eid, s1 = await add_endpoint(conn, receiver.url("/ok"))
-    _, s2 = await rotate_secret(conn, eid, 3600, None)
+    s2 = (await rotate_secret(conn, eid, 3600))["secret"]
     await conn.execute("UPDATE endpoint_secrets SET expires_at = now() - interval '1 second'")
     await enqueue(conn, "t", {}, "late")
     await drain(db_url)
@@ -105,12 +118,10 @@ async def test_v1a_ed25519(conn: asyncpg.Connection, db_url: str, receiver: Rece
     [got] = receiver.received
     h = _headers(got)
     assert h["webhook-signature"].startswith("v1a,")
-    ts = int(h["webhook-timestamp"])
     pk = public_key(sk)
-    assert verify_signature((pk,), "asym", ts, got.body, h["webhook-signature"])
-    assert not verify_signature((pk,), "asym", ts, got.body + b"x", h["webhook-signature"])
-    other = public_key(generate_signing_key())
-    assert not verify_signature((other,), "asym", ts, got.body, h["webhook-signature"])
+    assert _verifies(pk, got.body, h)
+    assert not _verifies(pk, got.body + b"x", h)
+    assert not _verifies(public_key(generate_signing_key()), got.body, h)
     _, out, _ = await cli(db_url, "endpoint", "add", "--url", "https://example.com/x",
                           "--signature", "v1a", "--json")  # fmt: skip
     import json
@@ -118,6 +129,56 @@ async def test_v1a_ed25519(conn: asyncpg.Connection, db_url: str, receiver: Rece
     doc = json.loads(out)
     assert doc["secret"].startswith("whsk_") and doc["public_key"].startswith("whpk_")
     assert len(base64.b64decode(doc["public_key"][5:])) == 32
+
+
+@pytest.mark.parametrize("scheme", ["v1", "v1a"])
+@pytest.mark.parametrize("sealed", [False, True], ids=["plain", "encrypted"])
+@pytest.mark.parametrize("via", ["cli", "api"])
+async def test_rotation_keeps_the_scheme(conn: asyncpg.Connection, db_url: str,
+                                         receiver: Receiver, scheme: str, sealed: bool,
+                                         via: str) -> None:  # fmt: skip
+    """rotate-secret (CLI and API, secrets encrypted at rest or not) gives a new
+    secret of the endpoint's own scheme, and a receiver still holding the old
+    key (whsec_, or the whpk_ public key) keeps verifying during the grace."""
+    key = "k3y" if sealed else None
+    env = cli_env(db_url, DISPATCHER_SECRET_KEY="k3y") if sealed else cli_env(db_url)
+    code, out, err = await cli(db_url, "endpoint", "add", "--url", receiver.url("/ok"),
+                               "--signature", scheme, "--json", env=env)  # fmt: skip
+    assert code == 0, err
+    added = json.loads(out)
+    stored = await conn.fetchval("SELECT secret FROM endpoints")
+    assert stored.startswith("enc:v1:") == sealed
+    if via == "cli":
+        code, out, err = await cli(db_url, "endpoint", "rotate-secret", str(added["id"]),
+                                   "--json", env=env)  # fmt: skip
+        assert code == 0, err
+        rotated = json.loads(out)
+    else:
+        settings = replace(FAST, admin_token="t0ken", secret_key=key)
+        runner = await start_admin("127.0.0.1:0", settings, db_url, quiet=True)
+        host, port = runner.addresses[0][:2]
+        try:
+            async with aiohttp.ClientSession(headers={"Authorization": "Bearer t0ken"}) as s:
+                url = f"http://{host}:{port}/v1/endpoints/{added['id']}/rotate-secret"
+                async with s.post(url, json={}) as r:
+                    assert r.status == 200, await r.text()
+                    rotated = await r.json()
+        finally:
+            await runner.cleanup()
+    prefix = "whsk_" if scheme == "v1a" else "whsec_"
+    assert rotated["secret"].startswith(prefix) and rotated["secret"] != added["secret"]
+    assert ("public_key" in rotated) == (scheme == "v1a")
+    assert rotated["grace_s"] == 86_400
+    assert (await conn.fetchval("SELECT secret FROM endpoints")).startswith("enc:v1:") == sealed
+    old_key = added.get("public_key", added["secret"])
+    new_key = rotated.get("public_key", rotated["secret"])
+    await enqueue(conn, "t", {"n": 1}, "after-rotation")
+    await drain(db_url, secret_key=key)
+    [got] = receiver.received
+    h = _headers(got)
+    entries = h["webhook-signature"].split()
+    assert len(entries) == 2 and all(e.startswith(f"{scheme},") for e in entries)
+    assert _verifies(old_key, got.body, h) and _verifies(new_key, got.body, h)
 
 
 async def test_custom_headers(conn: asyncpg.Connection, db_url: str, receiver: Receiver) -> None:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
-from dispatcher import reports, store
+from dispatcher import catalog, reports, store
 from tests.helpers import add_endpoint, cli, drain
 from tests.receivers import Receiver
 
@@ -44,7 +44,7 @@ async def test_percentiles_match_exact_values(conn: asyncpg.Connection) -> None:
         " SELECT $1, 999999, now() - interval '25 hours' FROM generate_series(1, 50)",
         a,
     )
-    rows = {r["endpoint_id"]: r for r in await store.endpoint_health(conn, WINDOW)}
+    rows = {r["endpoint_id"]: r for r in await reports.endpoint_health(conn, WINDOW)}
     for eid, values in samples.items():
         r = rows[eid]
         assert r["sample_count"] == len(values)
@@ -94,7 +94,7 @@ async def test_dead_letter_patterns(conn: asyncpg.Connection) -> None:
     )
     await _dead(conn, throttled, [now - timedelta(minutes=i) for i in range(8)], 429, "HTTP 429")
     await _dead(conn, trickle, [now - timedelta(hours=3 * i, minutes=1) for i in range(7)], 500)
-    got = {r["endpoint_id"]: r for r in await reports.dlq_report(conn, 24)}
+    got = {r["endpoint_id"]: r for r in await reports.dlq_analyze(conn, 24)}
     assert got[down]["pattern"] == "cluster" and got[down]["dead"] == 40
     assert got[down]["primary_error"] == "timeout after 15000 ms"
     assert got[down]["primary_status_code"] is None
@@ -106,7 +106,7 @@ async def test_dead_letter_patterns(conn: asyncpg.Connection) -> None:
     assert "max_attempts" in got[trickle]["suggested_action"]
     assert got[trickle]["first_at"] < got[trickle]["last_at"]
     # The window: only the last two hours leaves the old cluster out.
-    recent = {r["endpoint_id"] for r in await reports.dlq_report(conn, 2)}
+    recent = {r["endpoint_id"] for r in await reports.dlq_analyze(conn, 2)}
     assert down not in recent and creds in recent
 
 
@@ -150,7 +150,7 @@ async def test_retention_under_concurrent_claiming(
         " SELECT $1, 'old' || g, 't', '{}', 'delivered', now() - interval '10 days', 1"
         " FROM generate_series(1, 25000) g", eid,
     )  # fmt: skip
-    await store.enqueue_bulk(conn, [(f"new{i}", "t", "{}", None) for i in range(500)])
+    await catalog.enqueue_bulk(conn, [(f"new{i}", "t", "{}", None) for i in range(500)])
 
     await conn.execute(
         "INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload, status,"

@@ -9,7 +9,7 @@ from collections import Counter
 
 import asyncpg
 
-from dispatcher import store
+from dispatcher import catalog
 from tests.helpers import add_endpoint, cli_env, statuses
 from tests.receivers import Receiver, delay
 
@@ -37,7 +37,7 @@ async def _until_received(receiver: Receiver, n: int, timeout: float = 30) -> No
 
 
 async def _bulk(conn: asyncpg.Connection, n: int) -> None:
-    await store.enqueue_bulk(conn, [(f"e{i}", "t", f'{{"i": {i}}}', None) for i in range(n)])
+    await catalog.enqueue_bulk(conn, [(f"e{i}", "t", f'{{"i": {i}}}', None) for i in range(n)])
 
 
 async def _expire_leases(conn: asyncpg.Connection) -> None:

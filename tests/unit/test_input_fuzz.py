@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dispatcher.errors import BadInput
+from dispatcher.inputs import read_events, spec_from_fields
 from dispatcher.models import validate_headers
-from dispatcher.service import read_events, spec_from_fields
 from dispatcher.signing import validate_secret
 from dispatcher.ssrf import validate_url
 

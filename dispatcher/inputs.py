@@ -1,0 +1,237 @@
+"""User input as validated values: endpoint fields, events, times.
+
+Pure (no I/O but reading a JSONL file the user named): flags, JSON bodies
+and JSONL lines become the typed values the service layer works with, or a
+BadInput naming what is wrong. Every entry point checks input through here,
+so the CLI, the admin API and the Python API refuse the same things with the
+same words.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Mapping
+from dataclasses import fields
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from .errors import BadInput
+from .models import EndpointSpec
+from .signing import validate_secret
+from .ssrf import validate_url
+
+DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
+
+# ---------------------------------------------------------------- events
+
+
+def payload_text(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
+    """The exact JSON text to store (and later sign and send).
+
+    JSON text or bytes are kept byte for byte (after checking they parse);
+    any other value is encoded with orjson.
+    """
+    text = _payload_text(payload)
+    size = len(text.encode())
+    if size > max_bytes:
+        raise BadInput(f"payload is {size} bytes, over the limit of {max_bytes}")
+    return text
+
+
+def _payload_text(payload: Any) -> str:
+    if isinstance(payload, bytes | bytearray | memoryview):
+        raw = bytes(payload)
+        try:
+            orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise BadInput(f"payload is not valid JSON: {exc}") from None
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:  # pragma: no cover - orjson refuses invalid UTF-8 first
+            raise BadInput("payload is not UTF-8") from None
+    if isinstance(payload, str):
+        try:
+            orjson.loads(payload)
+        except orjson.JSONDecodeError as exc:
+            raise BadInput(f"payload is not valid JSON: {exc}") from None
+        return payload
+    try:
+        return orjson.dumps(payload).decode()
+    except TypeError as exc:
+        raise BadInput(f"payload cannot be encoded as JSON: {exc}") from None
+
+
+def _printable_id(value: Any) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= 200 and value.isprintable()
+
+
+def check_event_type(value: Any) -> str:
+    if not _printable_id(value):
+        raise BadInput("event_type must be 1..200 printable characters")
+    return str(value)
+
+
+def check_event_id(value: Any) -> str | None:
+    """None stays None (an id is generated); anything else must be a usable id."""
+    if value is not None and not _printable_id(value):
+        raise BadInput("event_id must be 1..200 printable characters")
+    return None if value is None else str(value)
+
+
+def check_id(value: Any, name: str = "endpoint") -> int | None:
+    """None, or a positive bigint id (never a bool)."""
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**63
+    ):
+        raise BadInput(f"{name} must be an integer id")
+    return value
+
+
+def new_event_id() -> str:
+    return f"evt_{uuid.uuid4().hex}"
+
+
+def event_id_of(value: Any) -> str:
+    return check_event_id(value) or new_event_id()
+
+
+Event = tuple[str, str, str, int | None]  # event_id, event_type, payload text, endpoint
+
+
+def parse_event(doc: Mapping[str, Any], max_payload_bytes: int) -> Event:
+    """One event document (an API body, a JSONL line) as the values to queue."""
+    event_type = check_event_type(doc.get("event_type"))
+    if "payload" not in doc:
+        raise BadInput("payload is required")
+    endpoint = check_id(doc.get("endpoint", doc.get("endpoint_id")))
+    # The payload arrives parsed inside the document; its canonical encoding
+    # is what gets stored, signed and sent (valid by construction, so it is
+    # not parsed again).
+    try:
+        encoded = orjson.dumps(doc["payload"])
+    except TypeError as exc:
+        raise BadInput(f"payload cannot be encoded as JSON: {exc}") from None
+    if len(encoded) > max_payload_bytes:
+        raise BadInput(f"payload is {len(encoded)} bytes, over the limit of {max_payload_bytes}")
+    return event_id_of(doc.get("event_id")), event_type, encoded.decode(), endpoint
+
+
+def read_events(path: str, max_payload_bytes: int) -> list[Event]:
+    """A JSONL file (or - for stdin) of event documents, validated whole."""
+    try:
+        f = sys.stdin.buffer if path == "-" else open(path, "rb")
+    except OSError as exc:
+        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
+    events = []
+    with f:
+        for lineno, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                doc = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                raise BadInput(f"{path}:{lineno}: not valid JSON") from None
+            if not isinstance(doc, dict):
+                raise BadInput(f"{path}:{lineno}: each line must be a JSON object")
+            try:
+                events.append(parse_event(doc, max_payload_bytes))
+            except BadInput as exc:
+                raise BadInput(f"{path}:{lineno}: {exc}") from None
+    return events
+
+
+# ---------------------------------------------------------------- times and numbers
+
+
+def parse_time(value: Any, name: str) -> datetime | None:
+    """An ISO-8601 time (`Z` accepted; no zone means UTC), or None."""
+    if value is None or isinstance(value, datetime):
+        return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)
+    if not isinstance(value, str):
+        raise BadInput(f"{name} must be an ISO-8601 string")
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadInput(f"{name} must be an ISO-8601 time, got {value!r}") from None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def check_number(value: Any, name: str, low: float, high: float) -> float:
+    """A number (never a bool) within [low, high]."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise BadInput(f"{name} must be a number between {low:g} and {high:g}")
+    return value
+
+
+# ---------------------------------------------------------------- endpoints
+
+_INT_FIELDS = {"burst", "max_in_flight", "timeout_ms", "max_attempts", "retry_base_ms",
+               "retry_cap_ms", "failure_threshold"}  # fmt: skip
+_FLOAT_FIELDS = {"rate_per_s", "cooldown_s"}
+SPEC_FIELDS = frozenset(f.name for f in fields(EndpointSpec))
+
+
+def _typed(name: str, value: Any) -> Any:
+    if value is None:
+        if name in ("rate_per_s", "burst", "secret"):
+            return None
+        raise BadInput(f"{name} must not be null")
+    if name in _INT_FIELDS:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise BadInput(f"{name} must be an integer")
+        if abs(value) > 2**31 - 1:
+            raise BadInput(f"{name} is out of range")
+    elif name in _FLOAT_FIELDS:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise BadInput(f"{name} must be a number")
+        value = float(value)
+    elif name == "event_types":
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list | tuple) or not all(isinstance(t, str) for t in value):
+            raise BadInput("event_types must be a list of strings")
+        value = tuple(value)
+    elif name == "headers":
+        if isinstance(value, dict):
+            value = tuple(value.items())
+        elif isinstance(value, list | tuple):
+            value = tuple(_header_line(h) if isinstance(h, str) else h for h in value)
+        else:
+            raise BadInput("headers must be an object of name: value")
+        if not all(isinstance(h, tuple) and len(h) == 2 for h in value):
+            raise BadInput("headers must be an object of name: value")
+    elif name in ("url", "secret") and not isinstance(value, str):
+        raise BadInput(f"{name} must be a string")
+    return value
+
+
+def _header_line(line: str) -> tuple[str, str]:
+    name, sep, value = line.partition(":")
+    if not sep:
+        raise BadInput(f"header {line!r} must look like 'Name: value'")
+    return name.strip(), value.strip()
+
+
+def spec_from_fields(data: Mapping[str, Any], base: EndpointSpec | None = None) -> EndpointSpec:
+    """A validated, complete spec: user fields over `base` (for updates) or
+    over EndpointSettings' defaults. `signature` (the scheme of a secret to
+    generate) is not a setting and is skipped here."""
+    data = {k: v for k, v in data.items() if k != "signature"}
+    unknown = set(data) - SPEC_FIELDS
+    if unknown:
+        raise BadInput(f"unknown field: {sorted(unknown)[0]}")
+    values = {} if base is None else {f: getattr(base, f) for f in SPEC_FIELDS}
+    for name, value in data.items():
+        values[name] = _typed(name, value)
+    if "url" not in values:
+        raise BadInput("url is required")
+    validate_url(values["url"])
+    secret = values.get("secret")
+    if secret is not None:
+        validate_secret(secret)
+    spec = EndpointSpec(**values)
+    spec.validate()
+    return spec
