@@ -7,8 +7,14 @@ AIMD with a slow start, driven by what the endpoint shows:
   maximum within a few hundred requests;
 - then additive increase: +1/limit per success (about +1 per round trip)
   while latency holds near its baseline;
-- multiplicative decrease: timeouts, 429 and 503 halve the limit; latency
-  over twice the baseline trims it by 10%. At most one decrease per
+- multiplicative decrease: 429 and 503 (the receiver says it has too much)
+  halve the limit; latency over twice the baseline trims it by 10%; and
+  timeouts halve it only when they are most of what completes: a window of
+  completions opens at the first timeout and, once it holds
+  max(limit, TIMEOUT_WINDOW) of them, halves the limit if at least
+  TIMEOUT_SHARE timed out. A hanging minority (some requests never answer
+  while the rest answer at once) is not overload, and cutting the window
+  for it would starve the healthy majority. At most one decrease per
   `decrease_interval_s`, so one burst of failures (all sent at the old
   limit) counts once.
 
@@ -23,6 +29,8 @@ from dataclasses import dataclass, replace
 DECREASE_INTERVAL_S = 1.0
 LATENCY_TOLERANCE = 2.0
 BASELINE_WEIGHT = 0.05  # EWMA of the latency seen while healthy
+TIMEOUT_WINDOW = 50  # completions judged together, at least
+TIMEOUT_SHARE = 0.5  # of them timed out: the endpoint is overloaded
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -32,6 +40,9 @@ class Limit:
     slow_start: bool = True
     baseline_ms: float | None = None
     last_decrease_at: float = float("-inf")
+    # The open window of completions (0 completions: none open).
+    window_done: int = 0
+    window_timeouts: int = 0
 
     @property
     def current(self) -> int:
@@ -52,7 +63,24 @@ def _decrease(s: Limit, factor: float, now: float) -> Limit:
     return replace(s, limit=max(1.0, s.limit * factor), slow_start=False, last_decrease_at=now)
 
 
+def _judged(s: Limit, timed_out: bool, now: float) -> Limit:
+    """Counts one completion in the open window; at its end, decides."""
+    done = s.window_done + 1
+    timeouts = s.window_timeouts + timed_out
+    if done < max(TIMEOUT_WINDOW, s.current):
+        return replace(s, window_done=done, window_timeouts=timeouts)
+    s = replace(s, window_done=0, window_timeouts=0)
+    return _decrease(s, 0.5, now) if timeouts >= TIMEOUT_SHARE * done else s
+
+
+def on_timeout(s: Limit, now: float) -> Limit:
+    """No answer within the timeout: judged with the completions around it."""
+    return _judged(s, True, now)
+
+
 def on_success(s: Limit, latency_ms: float, now: float) -> Limit:
+    if s.window_done:
+        s = _judged(s, False, now)
     base = s.baseline_ms
     step = 1.0 if s.slow_start else 1.0 / max(s.limit, 1.0)
     if base is None:

@@ -12,8 +12,10 @@ opposed to an error in what was asked.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.resources
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
@@ -79,22 +81,44 @@ async def connect(url: str) -> asyncpg.Connection:
         raise OperationalError(f"cannot connect to the database: {one_line(exc)}") from None
 
 
+@contextlib.asynccontextmanager
+async def acquire(pool: asyncpg.Pool) -> AsyncIterator[Conn]:
+    """A pooled connection that is thrown away, not reused, after a
+    connection-level failure: asyncpg can leave one in a protocol state that
+    fails every later call ("another operation is in progress")."""
+    async with pool.acquire() as conn:
+        try:
+            yield conn
+        except TRANSIENT:
+            conn.terminate()
+            raise
+
+
 async def _keep_session(_: asyncpg.Connection) -> None:
     """Pool reset hook that does nothing: our pooled connections never change
     session state (no LISTEN, no SET), so the default RESET ALL round trip on
     every release would be pure cost on the hot path."""
 
 
-async def create_pool(url: str, *, size: int = 4, synchronous_commit: bool = True) -> asyncpg.Pool:
+async def create_pool(
+    url: str,
+    *,
+    size: int = 4,
+    synchronous_commit: bool = True,
+    command_timeout: float | None = None,
+) -> asyncpg.Pool:
     settings = {} if synchronous_commit else {"synchronous_commit": "off"}
     try:
         pool = await asyncpg.create_pool(
             url,
-            min_size=1,
+            # No connection floor: asyncpg restores a floor in a task of its
+            # own, outside our error handling; ours reconnect on demand.
+            min_size=0,
             max_size=size,
             timeout=10,
             reset=_keep_session,
             server_settings=settings,
+            command_timeout=command_timeout,
         )
     except DATABASE_ERRORS as exc:
         raise OperationalError(f"cannot connect to the database: {one_line(exc)}") from None

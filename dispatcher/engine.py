@@ -28,7 +28,7 @@ import asyncpg
 
 from . import log, planner, store
 from .connectivity import Connectivity
-from .db import DATABASE_ERRORS, Conn, create_pool, require_schema
+from .db import DATABASE_ERRORS, Conn, acquire, create_pool, require_schema
 from .errors import OperationalError
 from .gate import Gate, Gates
 from .listener import Listener
@@ -43,6 +43,9 @@ from .settings import Settings
 
 # How long a failed claim waits before the next try.
 CLAIM_RETRY_S = 1.0
+# No statement of the worker takes this long unless the network under it died
+# silently; then the connection is dropped and the work retried.
+COMMAND_TIMEOUT_S = 60.0
 # `run --drain` gives up when the database stays unreachable this long.
 DRAIN_GIVE_UP_S = 30.0
 
@@ -96,6 +99,10 @@ class Engine:
         self._wake.set()
 
     @property
+    def gates(self) -> Gates:
+        return self._gates
+
+    @property
     def waiting_outcomes(self) -> int:
         return 0 if self._recorder is None else self._recorder.waiting
 
@@ -106,7 +113,10 @@ class Engine:
         # runs out), never a lost event, and the WAL flush per statement
         # would otherwise sit on the hot path.
         pool = self._pool = await create_pool(
-            self.url, size=4, synchronous_commit=self.settings.synchronous_commit
+            self.url,
+            size=4,
+            synchronous_commit=self.settings.synchronous_commit,
+            command_timeout=COMMAND_TIMEOUT_S,
         )
         try:
             async with pool.acquire() as conn:
@@ -120,9 +130,12 @@ class Engine:
                                         wake=self._wake)  # fmt: skip
             maintenance = Maintenance(pool, settings=s, connectivity=db)
             await self.sender.start()
-            self._listener = Listener(self.url, self._wake)
-            await self._listener.start()
+            self._listener = Listener(self.url, self._wake, db)
+            await self._listener.connect()
             await self._refresher.once()
+            if self.metrics is not None:
+                self.metrics.watch_worker(lambda: db.connected, lambda: self.waiting_outcomes)
+            self._supervise("listener", self._listener.run())
             self._supervise("flusher", self._recorder.run())
             self._supervise("refresher", self._refresher.run())
             self._supervise("maintenance", maintenance.run())
@@ -203,7 +216,7 @@ class Engine:
             await self._flush_all()
         if self._pool is not None:
             with contextlib.suppress(Exception):
-                async with self._pool.acquire() as conn:
+                async with acquire(self._pool) as conn:
                     await store.leave(conn, self.worker)
         if self._listener is not None:
             await self._listener.close()
@@ -242,7 +255,7 @@ class Engine:
         assert self._pool is not None
         t0 = time.perf_counter()
         try:
-            async with self._pool.acquire() as conn:
+            async with acquire(self._pool) as conn:
                 rows = await self._claim_pass(conn, first, limit)
                 more = planner.second_pass(
                     wants, first, planner.counts([d.endpoint_id for d in rows]), limit - len(rows)
@@ -328,21 +341,9 @@ class Engine:
             ready = gate.completed(d.seq, result, outcome.pause_s, self._refresher.db_now())
             if ready:
                 self._recorder.add_results(d.endpoint_id, ready)
-        self._count(outcome.status)
         self._since_claim += 1
         if self._since_claim >= self._claim_threshold() or self._inflight == 0:
             self._wake.set()
-
-    def _count(self, status: Status) -> None:
-        st = self.stats
-        if status is Status.DELIVERED:
-            st.delivered += 1
-        elif status is Status.FAILED:
-            st.retried += 1
-        elif status is Status.DEAD_LETTER:
-            st.dead += 1
-        else:
-            st.released += 1
 
     def _decide(self, gate: Gate, d: Delivery, r: AttemptResult) -> Outcome:
         ep = gate.endpoint

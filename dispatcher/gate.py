@@ -250,6 +250,8 @@ class Gate:
                 self.adaptive = concurrency.on_success(self.adaptive, result.response_ms, mono)
             elif result.overloaded:
                 self.adaptive = concurrency.on_overload(self.adaptive, mono)
+            elif result.timed_out:
+                self.adaptive = concurrency.on_timeout(self.adaptive, mono)
             if result.gone:
                 self.endpoint = replace(self.endpoint, enabled=False)
         if pause_s:

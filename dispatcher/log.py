@@ -41,6 +41,13 @@ class _JsonFormatter(logging.Formatter):
         fields = getattr(record, "fields", None)
         if fields:
             doc.update(_scrub(fields))
+        elif record.name != "dispatcher":
+            # A library's own warning: one line with where it came from and
+            # the exception's one-line summary, never its traceback.
+            doc["logger"] = record.name
+            if record.exc_info and record.exc_info[1] is not None:
+                exc = record.exc_info[1]
+                doc["error"] = f"{type(exc).__name__}: {str(exc).strip()[:200]}"
         return orjson.dumps(doc, default=str).decode()
 
 
@@ -55,6 +62,11 @@ def setup(level: str = "info", sensitive_fields: tuple[str, ...] = ()) -> None:
     _logger.addHandler(handler)
     _logger.setLevel(level.upper())
     _logger.propagate = False
+    # Libraries (asyncpg, aiohttp, asyncio) log through the root logger;
+    # without a handler Python prints their tracebacks raw on stderr.
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
 
 
 def event(name: str, level: int = logging.INFO, **fields: Any) -> None:

@@ -12,7 +12,7 @@ import asyncpg
 
 from . import store
 from .connectivity import Connectivity
-from .db import DATABASE_ERRORS
+from .db import DATABASE_ERRORS, acquire
 from .settings import Settings
 
 
@@ -27,7 +27,7 @@ class Maintenance:
 
     async def once(self) -> None:
         s = self._settings
-        async with self._pool.acquire() as conn:
+        async with acquire(self._pool) as conn:
             cursor = await store.maintain(
                 conn, s.latency_window_s, s.delivered_retention_s, cursor=self._cursor
             )

@@ -8,7 +8,7 @@ reports them without running an engine.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client import (
@@ -56,6 +56,18 @@ class Metrics:
             "dispatcher_breakers", "Endpoints by breaker state", ["state"], registry=r
         )
         self.alert = Gauge("dispatcher_alert_firing", "Alert conditions", ["alert"], registry=r)
+        self.database_connected = Gauge(
+            "dispatcher_database_connected", "1 while this worker reaches its database", registry=r
+        )
+        self.database_connected.set(1)
+        self.outcomes_waiting = Gauge(
+            "dispatcher_outcomes_waiting", "Outcomes not yet written to the database", registry=r
+        )
+
+    def watch_worker(self, connected: Callable[[], bool], waiting: Callable[[], int]) -> None:
+        """The worker's own state, read at each scrape."""
+        self.database_connected.set_function(lambda: 1.0 if connected() else 0.0)
+        self.outcomes_waiting.set_function(lambda: float(waiting()))
 
     def record_outcomes(self, outcomes: Iterable[tuple[str, int | None]]) -> None:
         counts: dict[str, int] = {}

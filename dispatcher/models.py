@@ -85,7 +85,8 @@ class AttemptResult:
     error: str | None = None
     retry_after_s: float | None = None
     gone: bool = False  # 410: the receiver asks us to stop
-    overloaded: bool = False  # timeout, 429 or 503: the receiver has too much
+    overloaded: bool = False  # 429 or 503: the receiver says it has too much
+    timed_out: bool = False  # no status line within the timeout
 
 
 @dataclass(slots=True)

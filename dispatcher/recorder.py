@@ -26,9 +26,9 @@ import asyncpg
 from . import log, store
 from .breaker import Breaker, BreakerState, fold
 from .connectivity import Connectivity
-from .db import DATABASE_ERRORS, Conn
+from .db import DATABASE_ERRORS, Conn, acquire
 from .metrics import Metrics
-from .models import Outcome, Stats
+from .models import Outcome, Stats, Status
 from .settings import Settings
 
 # How long a flush failure waits before trying again; outcomes stay buffered.
@@ -107,6 +107,19 @@ class Recorder:
                     self._results = results
                     raise
 
+    def _count(self, batch: list[Outcome]) -> None:
+        """What was recorded (not merely attempted): the figures engine_stopped reports."""
+        st = self.stats
+        for o in batch:
+            if o.status is Status.DELIVERED:
+                st.delivered += 1
+            elif o.status is Status.FAILED:
+                st.retried += 1
+            elif o.status is Status.DEAD_LETTER:
+                st.dead += 1
+            else:
+                st.released += 1
+
     def _touched(self, results: dict[int, list[bool]], now_mono: float) -> list[int]:
         """Endpoints whose stored breaker these results may change."""
         return sorted(
@@ -125,7 +138,7 @@ class Recorder:
                 pauses[o.endpoint_id] = max(pauses.get(o.endpoint_id, 0.0), o.pause_s)
         t0 = time.perf_counter()
         written: dict[int, Breaker] = {}
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with acquire(self._pool) as conn, conn.transaction():
             lags = await store.record_outcomes(conn, batch, self.worker) if batch else []
             self.stats.statements += 1
             if touched:
@@ -137,6 +150,7 @@ class Recorder:
                 await store.pause_endpoints(conn, pauses)
                 self.stats.statements += 1
         self.stats.flushes += 1
+        self._count(batch)
         for eid, b in written.items():
             clean = b.state is BreakerState.CLOSED and b.consecutive_failures == 0
             if clean:

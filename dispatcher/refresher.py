@@ -18,7 +18,7 @@ import asyncpg
 from . import log, store
 from .breaker import BreakerState, probe_due
 from .connectivity import Connectivity
-from .db import DATABASE_ERRORS
+from .db import DATABASE_ERRORS, acquire
 from .gate import Gate, Gates
 from .models import Stats
 from .secretbox import SecretBox
@@ -55,7 +55,7 @@ class Refresher:
 
     async def once(self) -> None:
         live_s = max(3.0, 3 * self._settings.endpoint_refresh_s)
-        async with self._pool.acquire() as conn:
+        async with acquire(self._pool) as conn:
             workers = await store.heartbeat(
                 conn, self._worker, socket.gethostname(), os.getpid(), live_s
             )
@@ -73,7 +73,7 @@ class Refresher:
         if not gate.may_probe():
             return
         stale = gate.lease_s(self._settings.lease_margin_s)
-        async with self._pool.acquire() as conn:
+        async with acquire(self._pool) as conn:
             won = await store.begin_probe(conn, gate.endpoint.id, self._worker, stale)
         if won:
             gate.probe_won()

@@ -189,19 +189,25 @@ class Sender:
                 timeout=wire.timeout,
             ) as resp:
                 status = resp.status
+                ms = int((time.perf_counter() - t0) * 1000)
                 retry_after = resp.headers.get("retry-after")
-                await self._drain(resp)
+                try:
+                    await self._drain(resp)
+                except (aiohttp.ClientError, OSError, TimeoutError):
+                    # The status line arrived in time: that is the answer.
+                    # A body cut short after a 2xx is still a delivery
+                    # (retrying it would send a duplicate by design).
+                    pass
         except TargetRefused as exc:
             return self._failed(Verdict.PERMANENT, t0, f"refused target: {exc}")
         except TimeoutError:
             return self._failed(
-                Verdict.RETRYABLE, t0, f"timeout after {wire.timeout_ms} ms", overloaded=True
+                Verdict.RETRYABLE, t0, f"timeout after {wire.timeout_ms} ms", timed_out=True
             )
         except aiohttp.ClientConnectorError as exc:
             return self._failed(Verdict.RETRYABLE, t0, f"connection error: {exc.os_error}")
         except (aiohttp.ClientError, OSError) as exc:
             return self._failed(Verdict.RETRYABLE, t0, f"{type(exc).__name__}: {exc}")
-        ms = int((time.perf_counter() - t0) * 1000)
         verdict = classify_status(status)
         if verdict is Verdict.SUCCESS:
             return AttemptResult(verdict=verdict, status_code=status, response_ms=ms)
@@ -228,7 +234,7 @@ class Sender:
 
     @staticmethod
     def _failed(
-        verdict: Verdict, t0: float, error: str, *, overloaded: bool = False
+        verdict: Verdict, t0: float, error: str, *, timed_out: bool = False
     ) -> AttemptResult:
         ms = int((time.perf_counter() - t0) * 1000)
         return AttemptResult(
@@ -236,5 +242,5 @@ class Sender:
             status_code=None,
             response_ms=ms,
             error=error[:MAX_ERROR_LEN],
-            overloaded=overloaded,
+            timed_out=timed_out,
         )

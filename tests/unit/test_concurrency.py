@@ -6,7 +6,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatcher import concurrency
-from dispatcher.concurrency import DECREASE_INTERVAL_S, initial, on_overload, on_success
+from dispatcher.concurrency import (
+    DECREASE_INTERVAL_S,
+    initial,
+    on_overload,
+    on_success,
+    on_timeout,
+)
 from dispatcher.gate import split
 
 
@@ -80,3 +86,56 @@ def test_shares_add_up_exactly(total: int, workers: int, salt: int) -> None:
     shares = [split(total, workers, i, salt) for i in range(workers)]
     assert sum(shares) == total
     assert max(shares) - min(shares) <= 1
+
+
+def _at_max(max_limit: int = 100) -> concurrency.Limit:
+    s = initial(max_limit)
+    for _ in range(3 * max_limit):
+        s = on_success(s, 10.0, now=0.0)
+    assert s.current == max_limit
+    return s
+
+
+def test_a_hanging_minority_does_not_shrink_the_window() -> None:
+    """30 % of requests never answer, the rest answer at once: not overload."""
+    s = _at_max()
+    now = 1.0
+    for i in range(5000):
+        now += 0.01
+        s = on_timeout(s, now) if i % 10 < 3 else on_success(s, 10.0, now)
+    assert s.current == 100
+
+
+def test_mostly_timeouts_halve_the_window() -> None:
+    s = _at_max()
+    now = 1.0
+    for i in range(100):
+        now += 0.01
+        s = on_timeout(s, now) if i % 10 < 6 else on_success(s, 10.0, now)
+    assert s.current == 50
+
+
+def test_every_request_timing_out_ratchets_down_to_one() -> None:
+    s = _at_max()
+    now = 1.0
+    for _ in range(2000):
+        now += DECREASE_INTERVAL_S / 10
+        s = on_timeout(s, now)
+    assert s.current == 1
+
+
+@given(
+    st.integers(1, 500),
+    st.lists(st.tuples(st.booleans(), st.floats(0.0, 2.0)), max_size=400),
+)
+def test_timeouts_below_the_share_never_decrease(
+    max_limit: int, evs: list[tuple[bool, float]]
+) -> None:
+    """With at most one timeout per three completions, only latency can trim."""
+    s = initial(max_limit)
+    now = 0.0
+    for k, (_, dt) in enumerate(evs):
+        now += dt
+        prev = s.limit
+        s = on_timeout(s, now) if k % 3 == 0 else on_success(s, 5.0, now)
+        assert s.limit >= prev
