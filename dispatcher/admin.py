@@ -6,6 +6,7 @@ but /healthz and /readyz requires `Authorization: Bearer $DISPATCHER_ADMIN_TOKEN
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import importlib.resources
 import secrets
@@ -66,8 +67,12 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(400, str(exc))
     except DispatcherError as exc:
         return _error(503, str(exc))
-    except (OSError, asyncpg.PostgresError, TimeoutError):
+    except db.DATABASE_ERRORS:
         return _error(503, "database unavailable")
+
+
+def _conn(request: web.Request) -> contextlib.AbstractAsyncContextManager[db.Conn]:
+    return db.acquire(request.app[POOL])
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
@@ -118,9 +123,9 @@ async def healthz(_: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     try:
-        async with request.app[POOL].acquire() as conn:
+        async with _conn(request) as conn:
             current = await db.migrations_current(conn)
-    except (OSError, asyncpg.PostgresError, TimeoutError):
+    except db.DATABASE_ERRORS:
         return _json({"ready": False, "reason": "database unreachable"}, 503)
     if not current:
         return _json({"ready": False, "reason": "migrations pending"}, 503)
@@ -130,7 +135,7 @@ async def readyz(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     m = request.app[METRICS]
     window_s = request.app[SETTINGS].latency_window_s
-    async with request.app[POOL].acquire() as conn:
+    async with _conn(request) as conn:
         g, alerts = await reports.metrics_view(conn, window_s, refresh=_refresh_due(request))
     m.set_database_view(
         {"pending": g.pending, "failed": g.failed, "in_flight": g.in_flight,
@@ -159,7 +164,7 @@ def _id(request: web.Request) -> int:
 
 
 async def endpoints_list(request: web.Request) -> web.Response:
-    async with request.app[POOL].acquire() as conn:
+    async with _conn(request) as conn:
         return _json(await service.list_endpoints(conn))
 
 
@@ -167,26 +172,26 @@ async def endpoints_create(request: web.Request) -> web.Response:
     body = await _body(request)
     spec = spec_from_fields(body)
     box = request.app[SETTINGS].secret_box()
-    async with request.app[POOL].acquire() as conn:
+    async with _conn(request) as conn:
         doc = await service.add_endpoint(conn, spec, signature=body.get("signature"), box=box)
     return _json(doc, 201)
 
 
 async def endpoint_get(request: web.Request) -> web.Response:
-    async with request.app[POOL].acquire() as conn:
+    async with _conn(request) as conn:
         return _json(await service.get_endpoint(conn, _id(request)))
 
 
 async def endpoint_update(request: web.Request) -> web.Response:
     eid = _id(request)
     patch = await _body(request)
-    async with request.app[POOL].acquire() as conn:
+    async with _conn(request) as conn:
         return _json(await service.update_endpoint(conn, eid, patch))
 
 
 def _toggle(enabled: bool) -> Handler:
     async def handler(request: web.Request) -> web.Response:
-        async with request.app[POOL].acquire() as conn:
+        async with _conn(request) as conn:
             return _json(await service.set_enabled(conn, _id(request), enabled))
 
     return handler
@@ -196,13 +201,13 @@ async def endpoint_rotate(request: web.Request) -> web.Response:
     eid = _id(request)
     body = await _body(request)
     box = request.app[SETTINGS].secret_box()
-    async with request.app[POOL].acquire() as conn:
+    async with _conn(request) as conn:
         return _json(await service.rotate_secret(conn, eid, body.get("grace_s"), box))
 
 
 async def endpoints_health(request: web.Request) -> web.Response:
     window_s = request.app[SETTINGS].latency_window_s
-    async with request.app[POOL].acquire() as conn:
+    async with _conn(request) as conn:
         rows = await reports.endpoint_health(conn, window_s, refresh=_refresh_due(request))
     return _json(rows)
 
@@ -212,14 +217,14 @@ async def endpoints_health(request: web.Request) -> web.Response:
 
 async def events_create(request: web.Request) -> web.Response:
     doc = await _body(request)
-    async with request.app[POOL].acquire() as conn:
+    async with _conn(request) as conn:
         result = await service.enqueue_event(conn, doc, request.app[SETTINGS].max_payload_bytes)
     return _json(result, 202)
 
 
 async def deliveries(request: web.Request) -> web.Response:
     event_id = request.query.get("event_id", "")
-    async with request.app[POOL].acquire() as conn:
+    async with _conn(request) as conn:
         return _json(await reports.deliveries_for_event(conn, event_id))
 
 
@@ -244,19 +249,19 @@ def _query_number(request: web.Request, name: str) -> float | None:
 async def dead_letters(request: web.Request) -> web.Response:
     endpoint = _query_int(request, "endpoint_id")
     limit = _query_int(request, "limit")
-    async with request.app[POOL].acquire() as conn:
+    async with _conn(request) as conn:
         return _json(await reports.dead_letters(conn, endpoint, limit))
 
 
 async def dead_letters_analyze(request: web.Request) -> web.Response:
     hours = _query_number(request, "hours")
-    async with request.app[POOL].acquire() as conn:
+    async with _conn(request) as conn:
         return _json(await reports.dlq_analyze(conn, hours))
 
 
 async def dead_letters_replay(request: web.Request) -> web.Response:
     body = await _body(request)
-    async with request.app[POOL].acquire() as conn:
+    async with _conn(request) as conn:
         done = await service.replay(
             conn,
             ids=body.get("ids"),
@@ -271,19 +276,19 @@ async def dead_letters_replay(request: web.Request) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
-    async with request.app[POOL].acquire() as conn:
+    async with _conn(request) as conn:
         return _json(await reports.health_summary(conn))
 
 
 async def timeline(request: web.Request) -> web.Response:
     minutes = _query_number(request, "minutes")
-    async with request.app[POOL].acquire() as conn:
+    async with _conn(request) as conn:
         return _json(await reports.timeline(conn, minutes))
 
 
 async def alerts(request: web.Request) -> web.Response:
     window_s = request.app[SETTINGS].latency_window_s
-    async with request.app[POOL].acquire() as conn:
+    async with _conn(request) as conn:
         doc = await reports.alerts(conn, window_s, refresh=_refresh_due(request))
     return _json(doc)
 

@@ -375,9 +375,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     except DispatcherError as exc:
         sys.stderr.write(f"dispatcher: error: {exc}\n")
         code = exc.exit_code
-    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-        msg = str(exc).strip().splitlines()
-        sys.stderr.write(f"dispatcher: error: {msg[0] if msg else type(exc).__name__}\n")
+    except db.DATABASE_ERRORS as exc:
+        sys.stderr.write(f"dispatcher: error: {db.one_line(exc)}\n")
         code = 1
     except KeyboardInterrupt:
         code = 130

@@ -1,0 +1,99 @@
+"""The service layer's operations, called as the CLI and the admin API call them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+import pytest
+
+from dispatcher import catalog, reports, service
+from dispatcher.errors import BadInput, UnknownEndpoint
+from dispatcher.inputs import spec_from_fields
+from dispatcher.secretbox import SecretBox
+
+PUBLIC_KEYS = ["id", "url", "event_types", "rate_per_s", "burst", "max_in_flight", "timeout_ms",
+               "max_attempts", "retry_base_ms", "retry_cap_ms", "failure_threshold",
+               "cooldown_s", "headers", "enabled", "disabled_reason", "created_at",
+               "updated_at"]  # fmt: skip
+
+
+async def _add(conn: asyncpg.Connection, **fields: Any) -> dict[str, Any]:
+    spec = spec_from_fields({"url": "https://example.com/hook", **fields})
+    return await service.add_endpoint(conn, spec)
+
+
+async def test_public_view_shows_the_secret_only_when_made(conn: asyncpg.Connection) -> None:
+    added = await _add(conn)
+    assert list(added) == [*PUBLIC_KEYS, "secret"]
+    signing = await service.add_endpoint(
+        conn, spec_from_fields({"url": "https://example.com/b"}), signature="v1a"
+    )
+    assert list(signing) == [*PUBLIC_KEYS, "secret", "public_key"]
+    assert [list(e) for e in await service.list_endpoints(conn)] == [PUBLIC_KEYS, PUBLIC_KEYS]
+    assert list(await service.get_endpoint(conn, added["id"])) == PUBLIC_KEYS
+    rotated = await service.rotate_secret(conn, added["id"])
+    assert list(rotated) == [*PUBLIC_KEYS, "secret", "grace_s"]
+    assert rotated["grace_s"] == service.DEFAULT_GRACE_S
+
+
+async def test_update_merges_the_patch_over_the_stored_endpoint(conn: asyncpg.Connection) -> None:
+    eid = (await _add(conn, rate_per_s=5, headers={"X-A": "1"}, max_attempts=3))["id"]
+    doc = await service.update_endpoint(conn, eid, {"timeout_ms": 5000})
+    assert doc["timeout_ms"] == 5000 and doc["rate_per_s"] == 5.0
+    assert doc["headers"] == {"X-A": "1"} and doc["max_attempts"] == 3
+    doc = await service.update_endpoint(conn, eid, {"rate_per_s": None})
+    assert doc["rate_per_s"] is None and doc["timeout_ms"] == 5000
+    for bad in ({"max_attempts": 0}, {"secret": "whsec_x"}, {"enabled": False}, {"nope": 1},
+                {"url": "ftp://example.com"}):  # fmt: skip
+        with pytest.raises(BadInput):
+            await service.update_endpoint(conn, eid, bad)
+    assert (await service.get_endpoint(conn, eid))["max_attempts"] == 3
+    with pytest.raises(UnknownEndpoint):
+        await service.update_endpoint(conn, 999, {"timeout_ms": 5000})
+
+
+async def test_rotation_reads_the_scheme_through_the_seal(conn: asyncpg.Connection) -> None:
+    box = SecretBox("k3y")
+    spec = spec_from_fields({"url": "https://example.com/hook"})
+    eid = (await service.add_endpoint(conn, spec, signature="v1a", box=box))["id"]
+    assert (await catalog.get_endpoint(conn, eid)).sealed_secret.startswith("enc:v1:")
+    rotated = await service.rotate_secret(conn, eid, 0, box)
+    assert rotated["secret"].startswith("whsk_") and rotated["grace_s"] == 0
+    for grace in (-1, "1", True, 2.0**40):
+        with pytest.raises(BadInput):
+            await service.rotate_secret(conn, eid, grace, box)  # type: ignore[arg-type]
+
+
+async def test_replay_checks_and_caps(conn: asyncpg.Connection) -> None:
+    eid = (await _add(conn))["id"]
+    await catalog.enqueue_bulk(conn, [(f"e{i}", "t", "{}", None) for i in range(3)])
+    await conn.execute("UPDATE webhook_queue SET status = 'dead_letter'")
+    with pytest.raises(BadInput):
+        await service.replay(conn, ids=[1], endpoint_id=eid)
+    with pytest.raises(BadInput):
+        await service.replay(conn)
+    with pytest.raises(BadInput):
+        await service.replay(conn, endpoint_id=eid, since="yesterday")
+    with pytest.raises(BadInput):
+        await service.replay(conn, endpoint_id=eid, limit=0)
+    done = await service.replay(conn, endpoint_id=eid, limit=2, since="2000-01-01T00:00:00Z")
+    assert (done.requeued, done.limit_reached) == (2, True)
+    done = await service.replay(conn, endpoint_id=eid)
+    assert (done.requeued, done.limit_reached) == (1, False)
+    assert (await service.replay(conn, ids=[])).requeued == 0
+
+
+async def test_report_defaults_and_limits(conn: asyncpg.Connection) -> None:
+    doc = await reports.timeline(conn)
+    assert doc["bucket_s"] == 10.0 and len(doc["points"]) == 90
+    for bad in (0, -1, 24 * 366):
+        with pytest.raises(BadInput):
+            await reports.dlq_analyze(conn, bad)
+    with pytest.raises(BadInput):
+        await reports.timeline(conn, 0)
+    with pytest.raises(BadInput):
+        await reports.dead_letters(conn, None, 0)
+    with pytest.raises(BadInput):
+        await reports.deliveries_for_event(conn, "")
+    assert await reports.dead_letters(conn) == []
