@@ -26,7 +26,7 @@ import time
 
 import asyncpg
 
-from dispatcher import store
+from dispatcher import catalog, db, store
 from dispatcher.embedded import with_database
 
 ENDPOINTS = 20
@@ -34,7 +34,7 @@ PENDING = 2000
 
 
 async def _fresh(server: str, name: str) -> asyncpg.Connection:
-    conn = await asyncpg.connect(await store.recreate_database(server, name))
+    conn = await asyncpg.connect(await db.recreate_database(server, name))
     await conn.execute(
         "INSERT INTO endpoints (url, secret) SELECT 'https://example.com/' || g,"
         " 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' FROM generate_series(1, $1) g",
@@ -166,7 +166,7 @@ async def main(argv: list[str]) -> int:
         )
         await big.execute("ANALYZE endpoint_latency")
         t0 = time.perf_counter()
-        await store.refresh_percentiles(big, 24 * 3600.0)
+        await catalog.refresh_percentiles(big, 24 * 3600.0)
         report["percentile_refresh_s"] = round(time.perf_counter() - t0, 3)
     finally:
         await empty.close()

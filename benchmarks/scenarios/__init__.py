@@ -1,0 +1,24 @@
+"""The scenarios, each a module on top of the shared machinery (bench.py,
+phases.py): `RUNNERS` maps the names `dispatcher bench` accepts, in the order
+`all` runs them, to their runners."""
+
+from __future__ import annotations
+
+from ..bench import Runner
+from .fast import run_fast
+from .many import run_many
+from .noisy import run_noisy
+from .slow200 import run_slow200
+from .two import run_two
+from .wake import run_wake
+
+RUNNERS: dict[str, Runner] = {
+    "fast": run_fast,
+    "slow200": run_slow200,
+    "many": run_many,
+    "noisy": run_noisy,
+    "two": run_two,
+    "wake": run_wake,
+}
+
+__all__ = ["RUNNERS"]
