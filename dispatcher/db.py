@@ -120,6 +120,10 @@ async def create_pool(
             server_settings=settings,
             command_timeout=command_timeout,
         )
+        assert pool is not None
+        # Fail here, with one clear line, when the database is not there.
+        async with pool.acquire() as conn:
+            await conn.fetchval("SELECT 1")
     except DATABASE_ERRORS as exc:
         raise OperationalError(f"cannot connect to the database: {one_line(exc)}") from None
     assert pool is not None
