@@ -34,7 +34,7 @@ from .gate import Gate, Gates
 from .listener import Listener
 from .maintenance import Maintenance
 from .metrics import Metrics
-from .models import AttemptResult, Delivery, Outcome, Stats, Status
+from .models import AttemptResult, Delivery, Outcome, Stats, Status, Verdict
 from .recorder import Recorder
 from .refresher import Refresher
 from .retry import decide
@@ -312,6 +312,8 @@ class Engine:
         task.add_done_callback(self._finished)
 
     async def _deliver(self, gate: Gate, d: Delivery) -> tuple[Outcome, AttemptResult | None]:
+        if gate.wire is None:
+            return _dead(d, f"endpoint unusable: {gate.broken}"), None
         async with gate.sem:
             if gate.limiter is not None and gate.sendable():
                 await gate.limiter.acquire()
@@ -319,7 +321,13 @@ class Engine:
                 return _release(d, gate.paused_for()), None
             d.started = True
             d.seq = gate.order.sent()
-            result = await self.sender.post(gate.wire, d.event_id, d.body)
+            try:
+                result = await self.sender.post(gate.wire, d.event_id, d.body)
+            except Exception as exc:
+                # A bug or a value the wire cannot carry: an attempt that
+                # failed (bounded by max_attempts), never a row handed back
+                # to be claimed again at once, forever.
+                result = _crashed(exc)
         return self._decide(gate, d, result), result
 
     def _finished(self, task: asyncio.Task[tuple[Outcome, AttemptResult | None]]) -> None:
@@ -368,6 +376,28 @@ class Engine:
             disable_endpoint=r.gone,
             pause_s=r.retry_after_s if r.overloaded else None,
         )
+
+
+def _crashed(exc: Exception) -> AttemptResult:
+    log.event("attempt_crashed", logging.ERROR, error=f"{type(exc).__name__}: {exc}"[:200])
+    return AttemptResult(
+        verdict=Verdict.RETRYABLE,
+        status_code=None,
+        response_ms=0,
+        error=f"internal error: {type(exc).__name__}"[:300],
+    )
+
+
+def _dead(d: Delivery, error: str) -> Outcome:
+    """Dead-lettered without an attempt: there is nothing it could be sent to."""
+    return Outcome(
+        delivery_id=d.id,
+        endpoint_id=d.endpoint_id,
+        status=Status.DEAD_LETTER,
+        next_attempt_in_s=0.0,
+        spent_attempt=False,
+        error=error[:300],
+    )
 
 
 def _release(d: Delivery, delay_s: float = 0.0) -> Outcome:

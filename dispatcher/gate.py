@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import logging
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -24,16 +25,19 @@ from dataclasses import replace
 
 from aiolimiter import AsyncLimiter
 
-from . import concurrency
+from . import concurrency, log
 from .breaker import Breaker, BreakerState, admits, effective_threshold, fold, half_open
-from .models import AttemptResult, Endpoint, Verdict
+from .models import AttemptResult, Endpoint, Verdict, validate_headers
 from .sender import EndpointWire
+from .ssrf import validate_url
 from .store import EndpointState
 
 # Rows of a rate-limited endpoint claimed ahead of their tokens: about this
 # many seconds of its rate, so claimed rows wait for a token briefly, never
 # for a large part of their lease.
 RATE_LOOKAHEAD_S = 1.0
+# A bucket never holds more tokens than this, whatever a row says the rate is.
+MAX_BURST = 1_000_000
 
 
 def split(total: int, workers: int, index: int, salt: int) -> int:
@@ -97,6 +101,7 @@ class Gate:
     __slots__ = (
         "adaptive",
         "breaker",
+        "broken",
         "claimed",
         "endpoint",
         "limiter",
@@ -111,9 +116,19 @@ class Gate:
         "wire",
     )
 
-    def __init__(self, endpoint: Endpoint, wire: EndpointWire, breaker: Breaker) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        wire: EndpointWire | None,
+        breaker: Breaker,
+        broken: str | None = None,
+    ) -> None:
         self.endpoint = endpoint
         self.wire = wire
+        # Why this endpoint cannot be sent to (a row that no longer decodes,
+        # a wire that cannot be built; then wire is None): its deliveries
+        # are dead-lettered, the rest flow on.
+        self.broken = broken
         self.breaker = breaker  # this process's view; the database's is the truth
         self.max_share = endpoint.max_in_flight  # this process's part of max_in_flight
         self.rate_share = endpoint.rate_per_s
@@ -129,10 +144,13 @@ class Gate:
 
     # ------------------------------------------------------------ configuration
 
-    def reconfigure(self, endpoint: Endpoint, wire: EndpointWire) -> None:
+    def reconfigure(
+        self, endpoint: Endpoint, wire: EndpointWire | None, broken: str | None = None
+    ) -> None:
         old = self.endpoint
         self.endpoint = endpoint
         self.wire = wire
+        self.broken = broken
         if old.max_in_flight != endpoint.max_in_flight:
             # Rows already holding the old semaphore finish under it.
             self.sem = asyncio.Semaphore(endpoint.max_in_flight)
@@ -170,8 +188,8 @@ class Gate:
     def _burst(self) -> int:
         ep = self.endpoint
         assert self.rate_share is not None and ep.rate_per_s is not None
-        full = ep.burst or max(1, math.ceil(ep.rate_per_s))
-        return max(1, round(full * self.rate_share / ep.rate_per_s))
+        full = min(ep.burst or max(1, math.ceil(min(ep.rate_per_s, MAX_BURST))), MAX_BURST)
+        return max(1, round(full * (self.rate_share / ep.rate_per_s)))
 
     def _limiter(self) -> AsyncLimiter | None:
         if self.rate_share is None or self.rate_share <= 0:
@@ -211,7 +229,7 @@ class Gate:
             # no claimed row waits for a token much longer than a second,
             # so none outlives its lease however slow the rate.
             ahead = _tokens(self.limiter, self._burst()) + math.floor(
-                self.rate_share * RATE_LOOKAHEAD_S
+                min(self.rate_share * RATE_LOOKAHEAD_S, MAX_BURST)
             )
             n = min(n, ahead - self.claimed)
         return max(n, 0)
@@ -283,6 +301,11 @@ class Gate:
             self.probe_sent = False
 
 
+def _wire_key(ep: Endpoint) -> tuple[object, ...]:
+    """What an EndpointWire is built from."""
+    return (ep.url, ep.secrets, ep.timeout_ms, ep.headers)
+
+
 class Gates:
     """Every endpoint's gate in this process, in a stable order for claims."""
 
@@ -314,22 +337,13 @@ class Gates:
             endpoint = state.endpoint
             seen.add(endpoint.id)
             gate = self._gates.get(endpoint.id)
-            if gate is None:
-                gate = self._gates[endpoint.id] = Gate(
-                    endpoint, self._wire(endpoint), state.breaker
-                )
-                self.ids.append(endpoint.id)
-            elif gate.endpoint != endpoint:
-                old = gate.endpoint
-                wire = gate.wire
-                if (old.url, old.secrets, old.timeout_ms, old.headers) != (
-                    endpoint.url,
-                    endpoint.secrets,
-                    endpoint.timeout_ms,
-                    endpoint.headers,
-                ):
-                    wire = self._wire(endpoint)
-                gate.reconfigure(endpoint, wire)
+            if gate is None or gate.endpoint != endpoint or gate.broken != state.broken:
+                wire, broken = self._wired(gate, state)
+                if gate is None:
+                    gate = self._gates[endpoint.id] = Gate(endpoint, wire, state.breaker, broken)
+                    self.ids.append(endpoint.id)
+                else:
+                    gate.reconfigure(endpoint, wire, broken)
             gate.apply_share(workers, index)
             gate.sync(state, worker, now_mono)
             if state.breaker.state is not BreakerState.CLOSED:
@@ -339,6 +353,30 @@ class Gates:
                 del self._gates[gone]
                 self.ids.remove(gone)
         return due
+
+    def _wired(
+        self, gate: Gate | None, state: EndpointState
+    ) -> tuple[EndpointWire | None, str | None]:
+        """The endpoint's wire (rebuilt only when what it is built from
+        changed) or, when it cannot be built, None and why. Said once per change."""
+        ep = state.endpoint
+        broken = state.broken
+        wire = None if gate is None or broken is not None else gate.wire
+        if broken is None and (wire is None or _wire_key(gate.endpoint) != _wire_key(ep)):  # type: ignore[union-attr]
+            try:
+                # The checks endpoint add makes: a row written some other way
+                # gets them here, before anything is sent.
+                validate_url(ep.url)
+                validate_headers(ep.headers)
+                wire = self._wire(ep)
+            except Exception as exc:
+                broken, wire = f"{type(exc).__name__}: {exc}"[:200], None
+        if broken != (gate.broken if gate is not None else None):
+            if broken is None:
+                log.event("endpoint_usable", endpoint_id=ep.id)
+            else:
+                log.event("endpoint_broken", logging.ERROR, endpoint_id=ep.id, reason=broken)
+        return wire, broken
 
     def breakers_written(self, breakers: dict[int, Breaker]) -> None:
         for endpoint_id, b in breakers.items():

@@ -47,7 +47,8 @@ WITH o AS (
                                THEN now() + make_interval(secs => o.delay_s)
                                ELSE w.next_attempt_at END,
         delivered_at = CASE WHEN o.status = 'delivered' THEN now() ELSE w.delivered_at END,
-        last_error = CASE WHEN o.spent THEN o.error ELSE w.last_error END,
+        last_error = CASE WHEN o.spent OR o.status = 'dead_letter' THEN o.error
+                          ELSE w.last_error END,
         last_status_code = CASE WHEN o.spent THEN o.status_code ELSE w.last_status_code END,
         last_response_ms = CASE WHEN o.spent THEN o.response_ms ELSE w.last_response_ms END,
         locked_by = NULL,

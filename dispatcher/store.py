@@ -42,6 +42,18 @@ class EndpointState(NamedTuple):
     probe_owner: str | None
     p95_ms: float | None
     paused_for_s: float
+    broken: str | None = None  # why this row cannot be sent to, if it cannot
+
+
+def _decoded(r: asyncpg.Record, box: SecretBox | None) -> tuple[Endpoint, str | None]:
+    """The row as an Endpoint; or, when a column no longer decodes (written by
+    hand, by an older version, sealed with another key), a stand-in that
+    carries the reason: one bad row must never stop the refresh of the rest."""
+    try:
+        return endpoint_from_row(r, r["old_secrets"], box), None
+    except Exception as exc:
+        stand_in = Endpoint(id=r["id"], url=str(r["url"]), secrets=(), enabled=bool(r["enabled"]))
+        return stand_in, f"{type(exc).__name__}: {exc}"[:200]
 
 
 async def engine_endpoints(
@@ -59,10 +71,10 @@ async def engine_endpoints(
             opened_at=r["opened_at"],
             cooldown_s=r["cooldown_seconds"] or r["cooldown_s"],
         )
-        endpoint = endpoint_from_row(r, r["old_secrets"], box)
+        endpoint, broken = _decoded(r, box)
         out.append(
             EndpointState(
-                endpoint, breaker, r["probe_owner"], r["p95_ms"], r["paused_for_s"] or 0.0
+                endpoint, breaker, r["probe_owner"], r["p95_ms"], r["paused_for_s"] or 0.0, broken
             )
         )
     return db_now, out

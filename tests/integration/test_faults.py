@@ -11,9 +11,11 @@ from collections import Counter
 
 import asyncpg
 import orjson
+import pytest
 
 from dispatcher import catalog
 from dispatcher.engine import Engine
+from dispatcher.errors import OperationalError
 from tests.helpers import add_endpoint, cli_env, engine, statuses
 from tests.pgproxy import PgProxy
 from tests.receivers import Receiver, delay
@@ -233,3 +235,26 @@ async def test_a_hanging_minority_keeps_the_window_open(
     # Today's bar: the window sat at 1 (28 deliveries in 30 s); 10x that at least.
     gate = e.gates[eid]
     assert gate.adaptive.current >= 10, gate.adaptive
+
+
+async def test_a_background_task_that_dies_stops_the_worker_loudly(
+    conn: asyncpg.Connection, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Never half alive: a helper task that ends (here a bug in the refresh)
+    takes the worker down with the reason, instead of leaving it claiming."""
+    from dispatcher import store
+
+    real = store.engine_endpoints
+    calls = 0
+
+    async def flaky(*args: object, **kw: object) -> object:
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            raise RuntimeError("a bug in the refresh")
+        return await real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "engine_endpoints", flaky)
+    e = engine(db_url)
+    with pytest.raises(OperationalError, match="refresher ended: RuntimeError: a bug"):
+        await asyncio.wait_for(e.run(), 30)
