@@ -150,7 +150,7 @@ async def recreate_database(server_url: str, name: str) -> str:
     return url
 
 
-def _migrations() -> list[tuple[int, str, str]]:
+def migrations() -> list[tuple[int, str, str]]:
     found = []
     for entry in importlib.resources.files("dispatcher.schema").iterdir():
         m = _MIGRATION_NAME.match(entry.name)
@@ -174,7 +174,7 @@ async def migrate(conn: Conn) -> list[str]:
             " applied_at timestamptz NOT NULL DEFAULT now())"
         )
         done = {r["version"] for r in await conn.fetch("SELECT version FROM dispatcher_migrations")}
-        for version, name, sql in _migrations():
+        for version, name, sql in migrations():
             if version in done:
                 continue
             async with conn.transaction():
@@ -195,7 +195,7 @@ async def migrations_current(conn: Conn) -> bool:
         done = {r["version"] for r in await conn.fetch("SELECT version FROM dispatcher_migrations")}
     except asyncpg.UndefinedTableError:
         return False
-    return all(v in done for v, _, _ in _migrations())
+    return all(v in done for v, _, _ in migrations())
 
 
 async def require_schema(conn: Conn) -> None:

@@ -106,6 +106,10 @@ class Engine:
     def waiting_outcomes(self) -> int:
         return 0 if self._recorder is None else self._recorder.waiting
 
+    def _holding(self) -> tuple[int, int]:
+        """What the heartbeat reports: rows in flight, outcomes not yet written."""
+        return self._inflight, self.waiting_outcomes
+
     async def run(self, *, drain: bool = False) -> None:
         self._drain = drain
         # Claims and outcomes commit asynchronously unless told otherwise: a
@@ -127,7 +131,7 @@ class Engine:
                                       on_written=self._gates.breakers_written)  # fmt: skip
             self._refresher = Refresher(pool, self._gates, worker=self.worker, settings=s,
                                         box=s.secret_box(), connectivity=db, stats=self.stats,
-                                        wake=self._wake)  # fmt: skip
+                                        wake=self._wake, holding=self._holding)  # fmt: skip
             maintenance = Maintenance(pool, settings=s, connectivity=db)
             await self.sender.start()
             self._listener = Listener(self.url, self._wake, db)
@@ -247,6 +251,13 @@ class Engine:
         free = self.settings.max_in_flight - self._inflight
         if free <= 0:
             return 0, False
+        assert self._recorder is not None
+        if self._recorder.behind:
+            try:
+                await self._recorder.flush_all()
+            except DATABASE_ERRORS as exc:
+                await self._claim_failed_with(exc)
+                return 0, False
         wants = self._wants()
         if not wants:
             return 0, False

@@ -215,7 +215,15 @@ SELECT
     min(created_at) AS oldest_pending,
     (SELECT avg(last_response_ms) FROM webhook_queue
       WHERE status = 'delivered' AND delivered_at > now() - interval '1 hour')
-        AS avg_delivery_ms_last_hour
+        AS avg_delivery_ms_last_hour,
+    -- The workers: those beating (within 10 s) and those that stopped
+    -- (lost their database, or died: their rows come back after the lease).
+    (SELECT count(*) FROM dispatcher_workers
+      WHERE heartbeat_at > now() - interval '10 seconds') AS workers_live,
+    (SELECT count(*) FROM dispatcher_workers
+      WHERE heartbeat_at <= now() - interval '10 seconds') AS workers_silent,
+    (SELECT coalesce(sum(outcomes_waiting), 0) FROM dispatcher_workers)::bigint
+        AS outcomes_waiting
 FROM webhook_queue
 WHERE status IN ('pending', 'failed', 'in_flight');
 
@@ -387,10 +395,13 @@ LEFT JOIN created c USING (i) LEFT JOIN delivered d USING (i) LEFT JOIN dead x U
 ORDER BY b.i DESC;
 
 -- name: heartbeat
--- Registers this worker and returns the live ones, in a stable order.
+-- Registers this worker (with what it holds) and returns the live ones, in a
+-- stable order.
 WITH me AS (
-    INSERT INTO dispatcher_workers (worker_id, host, pid) VALUES ($1, $2, $3)
-    ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = now()
+    INSERT INTO dispatcher_workers (worker_id, host, pid, in_flight, outcomes_waiting)
+    VALUES ($1, $2, $3, $5, $6)
+    ON CONFLICT (worker_id) DO UPDATE
+    SET heartbeat_at = now(), in_flight = $5, outcomes_waiting = $6
 ), gone AS (
     DELETE FROM dispatcher_workers WHERE heartbeat_at < now() - interval '5 minutes'
 )

@@ -63,6 +63,9 @@ class Recorder:
         self._clean_at: dict[int, float] = {}  # when a clean closed breaker was stored
         self._flush_wanted = asyncio.Event()
         self._flush_lock = asyncio.Lock()
+        # A flush failed and its outcomes wait: write them before claiming
+        # more, or rows whose lease ran out meanwhile would be sent again.
+        self.behind = False
 
     @property
     def waiting(self) -> int:
@@ -86,6 +89,7 @@ class Recorder:
             try:
                 await self.flush_all()
             except DATABASE_ERRORS as exc:
+                self.behind = True
                 self._db.failed("flush", exc)
                 await asyncio.sleep(FLUSH_RETRY_S)
                 self._flush_wanted.set()
@@ -93,6 +97,7 @@ class Recorder:
                 self._db.ok()
 
     async def flush_all(self) -> None:
+        """Writes everything buffered; raises (keeping it all) if it cannot."""
         async with self._flush_lock:
             while self._buffer or self._results:
                 batch, self._buffer = self._buffer, []
@@ -106,6 +111,7 @@ class Recorder:
                         results.setdefault(eid, []).extend(later)
                     self._results = results
                     raise
+            self.behind = False
 
     def _count(self, batch: list[Outcome]) -> None:
         """What was recorded (not merely attempted): the figures engine_stopped reports."""

@@ -12,6 +12,7 @@ import asyncio
 import os
 import socket
 import time
+from collections.abc import Callable
 
 import asyncpg
 
@@ -37,6 +38,7 @@ class Refresher:
         connectivity: Connectivity,
         stats: Stats,
         wake: asyncio.Event,
+        holding: Callable[[], tuple[int, int]] = lambda: (0, 0),
     ) -> None:
         self._pool = pool
         self._gates = gates
@@ -46,6 +48,7 @@ class Refresher:
         self._db = connectivity
         self._stats = stats
         self._wake = wake
+        self._holding = holding  # (rows in flight, outcomes not yet written)
         self.workers = 1  # live workers sharing each endpoint's limits
         self.clock_offset = 0.0  # the database's clock minus ours, for breaker decisions
 
@@ -56,9 +59,11 @@ class Refresher:
     async def once(self) -> None:
         live_s = max(3.0, 3 * self._settings.endpoint_refresh_s)
         async with acquire(self._pool) as conn:
+            in_flight, waiting = self._holding()
             workers = await store.heartbeat(
-                conn, self._worker, socket.gethostname(), os.getpid(), live_s
-            )
+                conn, self._worker, socket.gethostname(), os.getpid(), live_s,
+                in_flight=in_flight, outcomes_waiting=waiting,
+            )  # fmt: skip
             db_now, states = await store.engine_endpoints(conn, self._box)
         self.workers = len(workers)
         if states:

@@ -57,6 +57,9 @@ class HealthSummary:
     failed_last_hour: int
     oldest_pending: datetime | None
     avg_delivery_ms_last_hour: float | None
+    workers_live: int
+    workers_silent: int
+    outcomes_waiting: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

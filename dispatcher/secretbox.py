@@ -21,6 +21,10 @@ PREFIX = "enc:v1:"
 _AAD = b"dispatcher endpoint secret"
 
 
+class SecretUnreadable(OperationalError):
+    """A sealed value this process cannot open (no key, or not this key)."""
+
+
 class SecretBox:
     __slots__ = ("_aead",)
 
@@ -45,7 +49,7 @@ class SecretBox:
         try:
             return self._aead.decrypt(blob[:12], blob[12:], _AAD).decode()
         except InvalidTag:
-            raise OperationalError(
+            raise SecretUnreadable(
                 "an endpoint secret cannot be decrypted: DISPATCHER_SECRET_KEY changed?"
             ) from None
 
@@ -58,5 +62,5 @@ def unseal(box: SecretBox | None, stored: str) -> str:
     if box is not None:
         return box.open(stored)
     if stored.startswith(PREFIX):
-        raise OperationalError("endpoint secrets are encrypted: set DISPATCHER_SECRET_KEY")
+        raise SecretUnreadable("endpoint secrets are encrypted: set DISPATCHER_SECRET_KEY")
     return stored

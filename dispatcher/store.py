@@ -17,7 +17,8 @@ from .breaker import Breaker, BreakerState, effective_threshold
 from .catalog import settings_from_row
 from .db import MAINTENANCE_LOCK, Conn, Q
 from .models import Delivery, Endpoint, Outcome
-from .secretbox import SecretBox, unseal
+from .secretbox import PREFIX as SEALED
+from .secretbox import SecretBox, SecretUnreadable, unseal
 
 # ---------------------------------------------------------------- endpoints
 
@@ -45,15 +46,18 @@ class EndpointState(NamedTuple):
     broken: str | None = None  # why this row cannot be sent to, if it cannot
 
 
-def _decoded(r: asyncpg.Record, box: SecretBox | None) -> tuple[Endpoint, str | None]:
+def _decoded(
+    r: asyncpg.Record, box: SecretBox | None
+) -> tuple[Endpoint, str | None, SecretUnreadable | None]:
     """The row as an Endpoint; or, when a column no longer decodes (written by
     hand, by an older version, sealed with another key), a stand-in that
     carries the reason: one bad row must never stop the refresh of the rest."""
     try:
-        return endpoint_from_row(r, r["old_secrets"], box), None
+        return endpoint_from_row(r, r["old_secrets"], box), None, None
     except Exception as exc:
         stand_in = Endpoint(id=r["id"], url=str(r["url"]), secrets=(), enabled=bool(r["enabled"]))
-        return stand_in, f"{type(exc).__name__}: {exc}"[:200]
+        unreadable = exc if isinstance(exc, SecretUnreadable) else None
+        return stand_in, f"{type(exc).__name__}: {exc}"[:200], unreadable
 
 
 async def engine_endpoints(
@@ -63,6 +67,7 @@ async def engine_endpoints(
     rows = await conn.fetch(Q["engine_endpoints"])
     out = []
     db_now = 0.0
+    sealed_opened, sealed_failed = 0, None
     for r in rows:
         db_now = r["db_now"]
         breaker = Breaker(
@@ -71,12 +76,21 @@ async def engine_endpoints(
             opened_at=r["opened_at"],
             cooldown_s=r["cooldown_seconds"] or r["cooldown_s"],
         )
-        endpoint, broken = _decoded(r, box)
+        endpoint, broken, unreadable = _decoded(r, box)
+        if unreadable is not None:
+            sealed_failed = sealed_failed or unreadable
+        elif r["secret"].startswith(SEALED):
+            sealed_opened += 1
         out.append(
             EndpointState(
                 endpoint, breaker, r["probe_owner"], r["p95_ms"], r["paused_for_s"] or 0.0, broken
             )
         )
+    if sealed_failed is not None and not sealed_opened:
+        # Not one sealed secret opens: the process has no key or the wrong
+        # one. That is this worker's configuration, not a bad row: dead-
+        # lettering every endpoint's deliveries would be the wrong answer.
+        raise sealed_failed
     return db_now, out
 
 
@@ -231,8 +245,19 @@ async def prune_delivered_batch(
 # ---------------------------------------------------------------- workers
 
 
-async def heartbeat(conn: Conn, worker: str, host: str, pid: int, live_s: float) -> list[str]:
-    return [r[0] for r in await conn.fetch(Q["heartbeat"], worker, host, pid, live_s)]
+async def heartbeat(
+    conn: Conn,
+    worker: str,
+    host: str,
+    pid: int,
+    live_s: float,
+    *,
+    in_flight: int = 0,
+    outcomes_waiting: int = 0,
+) -> list[str]:
+    """Says this worker is alive (and what it holds); returns the live workers."""
+    rows = await conn.fetch(Q["heartbeat"], worker, host, pid, live_s, in_flight, outcomes_waiting)
+    return [r[0] for r in rows]
 
 
 async def leave(conn: Conn, worker: str) -> None:

@@ -10,6 +10,8 @@ import asyncpg
 import pytest
 
 from dispatcher import catalog
+from dispatcher.errors import OperationalError
+from dispatcher.secretbox import SecretBox
 from tests.helpers import add_endpoint, drain, statuses
 from tests.receivers import Receiver
 
@@ -40,9 +42,17 @@ ODD = [
 ]
 
 
+KEY = "the worker's key"
+
+
 async def _setup(conn: asyncpg.Connection, receiver: Receiver, column: str, value: str) -> int:
-    good, _ = await add_endpoint(conn, receiver.url("/good"))
+    good, secret = await add_endpoint(conn, receiver.url("/good"))
     bad, _ = await add_endpoint(conn, receiver.url("/bad"))
+    # The good endpoint's secret sealed with the worker's key: the bad row's
+    # sealed value is then one row gone wrong, not a worker without its key.
+    await conn.execute(
+        "UPDATE endpoints SET secret = $2 WHERE id = $1", good, SecretBox(KEY).seal(secret)
+    )
     await conn.execute(f"UPDATE endpoints SET {column} = {value} WHERE id = $1", bad)
     events = [(f"g{i}", "t", "{}", good) for i in range(20)]
     events += [(f"b{i}", "t", "{}", bad) for i in range(3)]
@@ -61,7 +71,7 @@ async def test_one_broken_endpoint_never_stops_the_rest(
 ) -> None:
     bad = await _setup(conn, receiver, column, value)
     with caplog.at_level(logging.INFO, logger="dispatcher"):
-        await drain(db_url)
+        await drain(db_url, secret_key=KEY)
     assert len(receiver.requests_to("/good")) == 20
     rows = await conn.fetch(
         "SELECT status, last_error FROM webhook_queue WHERE endpoint_id = $1", bad
@@ -79,9 +89,20 @@ async def test_odd_but_valid_settings_still_deliver(
     conn: asyncpg.Connection, db_url: str, receiver: Receiver, column: str, value: str
 ) -> None:
     bad = await _setup(conn, receiver, column, value)
-    await drain(db_url)
+    await drain(db_url, secret_key=KEY)
     assert len(receiver.requests_to("/good")) == 20
     left = await conn.fetchval(
         "SELECT count(*) FROM webhook_queue WHERE endpoint_id = $1 AND status <> 'delivered'", bad
     )
     assert left == 0 or column == "rate_per_s"  # 1e-300/s: one token, then a wait
+
+
+async def test_a_worker_whose_key_opens_no_secret_stops_loudly(
+    conn: asyncpg.Connection, db_url: str, receiver: Receiver
+) -> None:
+    """Not one sealed secret opens: the worker's key is wrong (or missing).
+    That is configuration, not a bad row: nothing is dead-lettered."""
+    await _setup(conn, receiver, "url", "url")
+    with pytest.raises(OperationalError, match="DISPATCHER_SECRET_KEY"):
+        await drain(db_url, secret_key="another key")
+    assert (await statuses(conn)) == {"pending": 23}
