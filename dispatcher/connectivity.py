@@ -9,11 +9,13 @@ one line with how long it lasted (`database_back`). Health reports and
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 from . import log
-from .db import one_line
+from .db import DATABASE_ERRORS, one_line
 
 
 class Connectivity:
@@ -43,3 +45,16 @@ class Connectivity:
 
     def down_for_s(self) -> float:
         return 0.0 if self.connected else time.monotonic() - self._lost_at
+
+    async def every(
+        self, interval_s: float, where: str, step: Callable[[], Awaitable[None]]
+    ) -> None:
+        """Runs `step` every interval, forever, riding through database errors."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await step()
+            except DATABASE_ERRORS as exc:
+                self.failed(where, exc)
+            else:
+                self.ok()

@@ -6,13 +6,11 @@ the work and the others skip; the retention walk resumes from a cursor.
 
 from __future__ import annotations
 
-import asyncio
-
 import asyncpg
 
 from . import store
 from .connectivity import Connectivity
-from .db import DATABASE_ERRORS, acquire
+from .db import acquire
 from .settings import Settings
 
 
@@ -35,11 +33,4 @@ class Maintenance:
             self._cursor = cursor
 
     async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self._settings.percentile_refresh_s)
-            try:
-                await self.once()
-            except DATABASE_ERRORS as exc:
-                self._db.failed("maintenance", exc)
-            else:
-                self._db.ok()
+        await self._db.every(self._settings.percentile_refresh_s, "maintenance", self.once)

@@ -19,7 +19,7 @@ import asyncpg
 from . import log, store
 from .breaker import BreakerState, probe_due
 from .connectivity import Connectivity
-from .db import DATABASE_ERRORS, acquire
+from .db import acquire
 from .gate import Gate, Gates
 from .models import Stats
 from .secretbox import SecretBox
@@ -93,11 +93,4 @@ class Refresher:
             self._wake.set()
 
     async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self._settings.endpoint_refresh_s)
-            try:
-                await self.once()
-            except DATABASE_ERRORS as exc:
-                self._db.failed("refresh", exc)
-            else:
-                self._db.ok()
+        await self._db.every(self._settings.endpoint_refresh_s, "refresh", self.once)
