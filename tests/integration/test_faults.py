@@ -8,12 +8,14 @@ import random
 import signal
 import sys
 from collections import Counter
+from collections.abc import Iterator
+from typing import Any
 
 import asyncpg
 import orjson
 import pytest
 
-from dispatcher import catalog
+from dispatcher import catalog, db
 from dispatcher.engine import Engine
 from dispatcher.errors import OperationalError
 from tests.helpers import add_endpoint, cli_env, engine, statuses
@@ -269,3 +271,67 @@ async def test_a_background_task_that_dies_stops_the_worker_loudly(
     e = engine(db_url)
     with pytest.raises(OperationalError, match="refresher ended: RuntimeError: a bug"):
         await asyncio.wait_for(e.run(), 30)
+
+
+@pytest.fixture
+def private_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A PostgreSQL of this test's own (pgserver's binaries), so it can be
+    restarted without touching the server the other tests use."""
+    pgserver = pytest.importorskip("pgserver")
+    import tempfile
+
+    server = pgserver.get_server(
+        tempfile.mkdtemp(prefix="dispatcher-restart-"), cleanup_mode="stop"
+    )
+    yield server
+    server.cleanup()
+
+
+async def test_postgresql_restarted_mid_run(private_server: Any, receiver: Receiver) -> None:
+    from pgserver._commands import pg_ctl
+
+    url = private_server.get_uri()
+    conn = await asyncpg.connect(url)
+    try:
+        await db.migrate(conn)
+        await conn.execute("TRUNCATE endpoints CASCADE")
+        receiver.routes["/r"] = delay(0.02)
+        await add_endpoint(conn, receiver.url("/r"), max_in_flight=100, timeout_ms=5000)
+        await _bulk(conn, N)
+    finally:
+        await conn.close()
+    env = cli_env(url, DISPATCHER_LEASE_MARGIN_S="1", DISPATCHER_POLL_INTERVAL_S="0.2")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "dispatcher", "run", "--max-in-flight", "100",
+        env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+
+        async def some() -> None:
+            while len(receiver.received) < 300:
+                await asyncio.sleep(0.02)
+
+        await asyncio.wait_for(some(), 30)
+        await asyncio.to_thread(
+            pg_ctl, ["-w", "-m", "fast", "restart"], pgdata=private_server.pgdata,
+            user=private_server.system_user, timeout=60,
+        )  # fmt: skip
+        conn = await asyncpg.connect(url)
+        try:
+            await _until(conn, N)
+            assert proc.returncode is None, "the worker stopped"
+        finally:
+            await conn.close()
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert "Traceback" not in err.decode()
+    assert '"event":"database_lost"' in err.decode()  # the restart was felt
+    assert '"event":"database_back"' in err.decode()
+    got = _ids(receiver)
+    assert set(got) == {f"e{i}" for i in range(N)}
+    assert sum(got.values()) - N <= 100  # at most what was in flight at the restart
