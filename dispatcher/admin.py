@@ -1,82 +1,57 @@
-"""The admin HTTP API (aiohttp.web): health probes, metrics, JSON under /v1/, dashboard.
+"""The admin HTTP API (aiohttp.web): health probes, metrics, JSON under /v1/.
 
-An entry point: it wires the store, reports and metrics together. Everything
-but /healthz and /readyz requires `Authorization: Bearer $DISPATCHER_ADMIN_TOKEN`.
+An entry point: it wires the service, reports and metrics together; who may
+call it and what every answer carries is web_security's, the dashboard's
+pages are admin_pages'. Everything but /healthz, /readyz and the sign-in
+requires `Authorization: Bearer $DISPATCHER_ADMIN_TOKEN` (or the
+dashboard's session cookie).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hmac
-import importlib.resources
 import secrets
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
+import aiohttp
+import aiohttp.http_exceptions
 import asyncpg
 import orjson
 from aiohttp import web
 
-from . import db, reports, service
-from .cli_format import to_json
-from .errors import BadInput, DispatcherError, UnknownEndpoint
+from . import admin_pages, db, reports, service, web_security
+from .errors import BadInput
 from .inputs import spec_from_fields
 from .metrics import CONTENT_TYPE, Metrics
 from .openapi import OPENAPI
 from .settings import Settings
+from .web_security import json_response as _json
 
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 POOL: web.AppKey[asyncpg.Pool] = web.AppKey("pool", asyncpg.Pool)
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings", Settings)
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics", Metrics)
-TOKEN: web.AppKey[str] = web.AppKey("token", str)
 REFRESHED: web.AppKey[list[float]] = web.AppKey("percentiles_refreshed", list)
 PERCENTILE_REFRESH_S = 5.0
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _json(doc: Any, status: int = 200) -> web.Response:
-    return web.Response(body=to_json(doc), status=status, content_type="application/json")
-
-
-def _error(status: int, message: str) -> web.Response:
-    return _json({"error": message}, status)
-
-
-@web.middleware
-async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if request.path not in OPEN_PATHS:
-        token = request.app[TOKEN]
-        offered = request.headers.get("Authorization", "")
-        query = request.query.get("token", "")
-        if not (
-            hmac.compare_digest(offered.encode(), f"Bearer {token}".encode())
-            or (query and hmac.compare_digest(query.encode(), token.encode()))
-        ):
-            return _error(401, "missing or wrong bearer token")
-    try:
-        return await handler(request)
-    except web.HTTPException:
-        raise
-    except UnknownEndpoint as exc:
-        return _error(404, str(exc))
-    except BadInput as exc:
-        return _error(400, str(exc))
-    except DispatcherError as exc:
-        return _error(503, str(exc))
-    except db.DATABASE_ERRORS:
-        return _error(503, "database unavailable")
-
-
 def _conn(request: web.Request) -> contextlib.AbstractAsyncContextManager[db.Conn]:
     return db.acquire(request.app[POOL])
 
 
-async def _body(request: web.Request) -> dict[str, Any]:
-    raw = await request.read()
+async def _body(request: web.Request, allowed: Collection[str] | None = None) -> dict[str, Any]:
+    """The JSON object a request carries; with `allowed`, no other field."""
+    try:
+        raw = await request.read()
+    except web.HTTPException:
+        raise
+    except (aiohttp.ClientPayloadError, aiohttp.http_exceptions.HttpProcessingError, ValueError):
+        # A body that does not match its Content-Encoding, or is cut short.
+        raise BadInput("request body cannot be decoded (check Content-Encoding)") from None
     if not raw:
         return {}
     try:
@@ -85,14 +60,18 @@ async def _body(request: web.Request) -> dict[str, Any]:
         raise BadInput("request body is not valid JSON") from None
     if not isinstance(doc, dict):
         raise BadInput("request body must be a JSON object")
+    if allowed is not None:
+        unknown = sorted(set(doc) - set(allowed))
+        if unknown:
+            raise BadInput(f"unknown field: {unknown[0]}")
     return doc
 
 
 def _int(value: str, name: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise BadInput(f"{name} must be an integer") from None
+    # ASCII digits only: int() also reads other scripts' digits ("٣" is 3).
+    if not value.isascii() or not value.isdigit() or len(value) > 19:
+        raise BadInput(f"{name} must be a positive integer")
+    n = int(value)
     if not 0 < n < 2**63:
         raise BadInput(f"{name} is out of range")
     return n
@@ -147,11 +126,6 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=m.render(), headers={"Content-Type": CONTENT_TYPE})
 
 
-async def dashboard(_: web.Request) -> web.Response:
-    page = importlib.resources.files("dispatcher").joinpath("static/dashboard.html").read_bytes()
-    return web.Response(body=page, content_type="text/html")
-
-
 async def openapi(_: web.Request) -> web.Response:
     return _json(OPENAPI)
 
@@ -171,9 +145,15 @@ async def endpoints_list(request: web.Request) -> web.Response:
 async def endpoints_create(request: web.Request) -> web.Response:
     body = await _body(request)
     spec = spec_from_fields(body)
-    box = request.app[SETTINGS].secret_box()
+    settings = request.app[SETTINGS]
     async with _conn(request) as conn:
-        doc = await service.add_endpoint(conn, spec, signature=body.get("signature"), box=box)
+        doc = await service.add_endpoint(
+            conn,
+            spec,
+            signature=body.get("signature"),
+            box=settings.secret_box(),
+            targets=settings.target_policy(),
+        )
     return _json(doc, 201)
 
 
@@ -185,8 +165,12 @@ async def endpoint_get(request: web.Request) -> web.Response:
 async def endpoint_update(request: web.Request) -> web.Response:
     eid = _id(request)
     patch = await _body(request)
+    settings = request.app[SETTINGS]
     async with _conn(request) as conn:
-        return _json(await service.update_endpoint(conn, eid, patch))
+        doc = await service.update_endpoint(
+            conn, eid, patch, box=settings.secret_box(), targets=settings.target_policy()
+        )
+    return _json(doc)
 
 
 def _toggle(enabled: bool) -> Handler:
@@ -199,7 +183,7 @@ def _toggle(enabled: bool) -> Handler:
 
 async def endpoint_rotate(request: web.Request) -> web.Response:
     eid = _id(request)
-    body = await _body(request)
+    body = await _body(request, ("grace_s",))
     box = request.app[SETTINGS].secret_box()
     async with _conn(request) as conn:
         return _json(await service.rotate_secret(conn, eid, body.get("grace_s"), box))
@@ -260,7 +244,9 @@ async def dead_letters_analyze(request: web.Request) -> web.Response:
 
 
 async def dead_letters_replay(request: web.Request) -> web.Response:
-    body = await _body(request)
+    body = await _body(request, ("ids", "endpoint_id", "endpoint", "since", "until"))
+    if "endpoint" in body and "endpoint_id" in body:
+        raise BadInput("give endpoint or endpoint_id, not both")
     async with _conn(request) as conn:
         done = await service.replay(
             conn,
@@ -295,26 +281,26 @@ async def alerts(request: web.Request) -> web.Response:
 
 def build_app(settings: Settings, pool: asyncpg.Pool, token: str,
               metrics_: Metrics | None = None) -> web.Application:  # fmt: skip
-    app = web.Application(middlewares=[_guard], client_max_size=2 * 1024 * 1024)
+    app = web.Application(middlewares=[web_security.guard], client_max_size=2 * 1024 * 1024)
+    web_security.install(app, token)
     app[POOL] = pool
     app[SETTINGS] = settings
-    app[TOKEN] = token
     app[METRICS] = metrics_ or Metrics()
     app[REFRESHED] = [float("-inf")]
     r = app.router
     r.add_get("/healthz", healthz)
     r.add_get("/readyz", readyz)
     r.add_get("/metrics", metrics)
-    r.add_get("/", dashboard)
+    admin_pages.add_routes(r)
     r.add_get("/v1/openapi.json", openapi)
     r.add_get("/v1/endpoints", endpoints_list)
     r.add_post("/v1/endpoints", endpoints_create)
     r.add_get("/v1/endpoints/health", endpoints_health)
-    r.add_get(r"/v1/endpoints/{id:\d+}", endpoint_get)
-    r.add_patch(r"/v1/endpoints/{id:\d+}", endpoint_update)
-    r.add_post(r"/v1/endpoints/{id:\d+}/disable", _toggle(False))
-    r.add_post(r"/v1/endpoints/{id:\d+}/enable", _toggle(True))
-    r.add_post(r"/v1/endpoints/{id:\d+}/rotate-secret", endpoint_rotate)
+    r.add_get(r"/v1/endpoints/{id:[0-9]+}", endpoint_get)
+    r.add_patch(r"/v1/endpoints/{id:[0-9]+}", endpoint_update)
+    r.add_post(r"/v1/endpoints/{id:[0-9]+}/disable", _toggle(False))
+    r.add_post(r"/v1/endpoints/{id:[0-9]+}/enable", _toggle(True))
+    r.add_post(r"/v1/endpoints/{id:[0-9]+}/rotate-secret", endpoint_rotate)
     r.add_post("/v1/events", events_create)
     r.add_get("/v1/deliveries", deliveries)
     r.add_get("/v1/dead-letters", dead_letters)

@@ -30,7 +30,7 @@ from .rows import (
     QueueGauges,
     TimelinePoint,
 )
-from .secretbox import SecretBox, seal
+from .secretbox import SecretBox, seal, unseal
 
 R = TypeVar("R")
 
@@ -48,7 +48,8 @@ def _one(cls: type[R], row: asyncpg.Record | None) -> R:
 
 
 def settings_from_row(row: asyncpg.Record) -> dict[str, Any]:
-    """The EndpointSettings fields of an endpoints row."""
+    """The EndpointSettings fields of an endpoints row, header values as
+    stored (sealed when DISPATCHER_SECRET_KEY is set: see unseal_headers)."""
     out = {k: row[k] for k in SETTING_NAMES}
     out["event_types"] = tuple(row["event_types"])
     out["headers"] = tuple(orjson.loads(row["headers"]).items()) if row["headers"] else ()
@@ -70,8 +71,24 @@ def _record(row: asyncpg.Record | None, endpoint_id: int | None = None) -> Endpo
     )
 
 
-def _headers_json(spec: EndpointSpec) -> str:
-    return orjson.dumps(dict(spec.headers)).decode()
+Headers = tuple[tuple[str, str], ...]
+
+
+def seal_headers(box: SecretBox | None, headers: Headers) -> Headers:
+    """Header values as stored: custom headers often carry a receiver's
+    credentials, so they are encrypted like secrets (names stay readable)."""
+    return tuple((name, seal(box, value)) for name, value in headers)
+
+
+def unseal_headers(box: SecretBox | None, headers: Headers) -> Headers:
+    """The values to send, from the stored ones (plain values, written before
+    a key was set, pass as they are). Raises OperationalError when a value is
+    sealed and `box` is None or holds another key."""
+    return tuple((name, unseal(box, value)) for name, value in headers)
+
+
+def _headers_json(headers: Headers) -> str:
+    return orjson.dumps(dict(headers)).decode()
 
 
 async def add_endpoint(
@@ -91,13 +108,16 @@ async def add_endpoint(
         spec.retry_cap_ms,
         spec.failure_threshold,
         spec.cooldown_s,
-        _headers_json(spec),
+        _headers_json(seal_headers(box, spec.headers)),
     )
     return _record(row)
 
 
-async def update_endpoint(conn: Conn, endpoint_id: int, spec: EndpointSpec) -> EndpointRecord:
-    """Writes every setting of an already-validated, complete spec."""
+async def update_endpoint(
+    conn: Conn, endpoint_id: int, spec: EndpointSpec, stored_headers: Headers
+) -> EndpointRecord:
+    """Writes every setting of an already-validated, complete spec; the
+    headers as given, already sealed (spec.headers is not read)."""
     row = await conn.fetchrow(
         Q["update_endpoint"],
         endpoint_id,
@@ -112,7 +132,7 @@ async def update_endpoint(conn: Conn, endpoint_id: int, spec: EndpointSpec) -> E
         spec.retry_cap_ms,
         spec.failure_threshold,
         spec.cooldown_s,
-        _headers_json(spec),
+        _headers_json(stored_headers),
     )
     return _record(row, endpoint_id)
 

@@ -114,7 +114,9 @@ async def cmd_endpoint_add(args: argparse.Namespace, settings: Settings) -> int:
     return await _report(
         args,
         settings,
-        lambda conn: service.add_endpoint(conn, spec, signature=args.signature, box=box),
+        lambda conn: service.add_endpoint(
+            conn, spec, signature=args.signature, box=box, targets=settings.target_policy()
+        ),
         lambda doc: print(f"endpoint {doc['id']} {doc['url']}\nsecret {doc['secret']}"),
     )
 

@@ -99,10 +99,19 @@ def event_id_of(value: Any) -> str:
 
 
 Event = tuple[str, str, str, int | None]  # event_id, event_type, payload text, endpoint
+EVENT_FIELDS = frozenset({"event_type", "payload", "event_id", "endpoint", "endpoint_id"})
 
 
 def parse_event(doc: Mapping[str, Any], max_payload_bytes: int) -> Event:
-    """One event document (an API body, a JSONL line) as the values to queue."""
+    """One event document (an API body, a JSONL line) as the values to queue.
+
+    Strict, because a mistake here fails open: a misspelt or doubled
+    endpoint field would otherwise fan the event out to every subscriber."""
+    unknown = sorted(set(doc) - EVENT_FIELDS)
+    if unknown:
+        raise BadInput(f"unknown field: {unknown[0]}")
+    if "endpoint" in doc and "endpoint_id" in doc:
+        raise BadInput("give endpoint or endpoint_id, not both")
     event_type = check_event_type(doc.get("event_type"))
     if "payload" not in doc:
         raise BadInput("payload is required")
@@ -148,15 +157,23 @@ def read_events(path: str, max_payload_bytes: int) -> list[Event]:
 
 def parse_time(value: Any, name: str) -> datetime | None:
     """An ISO-8601 time (`Z` accepted; no zone means UTC), or None."""
-    if value is None or isinstance(value, datetime):
-        return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)
-    if not isinstance(value, str):
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        t = value
+    elif isinstance(value, str):
+        try:
+            t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise BadInput(f"{name} must be an ISO-8601 time, got {value!r:.60}") from None
+    else:
         raise BadInput(f"{name} must be an ISO-8601 string")
+    t = t if t.tzinfo else t.replace(tzinfo=UTC)
     try:
-        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise BadInput(f"{name} must be an ISO-8601 time, got {value!r}") from None
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
+        # In UTC it must still be a date (9999-12-31T23:00-05:00 is not).
+        return t.astimezone(UTC)
+    except OverflowError:
+        raise BadInput(f"{name} is out of range") from None
 
 
 def check_number(value: Any, name: str, low: float, high: float) -> float:

@@ -14,7 +14,7 @@ from . import catalog
 from .db import Conn
 from .dlq import classify
 from .errors import BadInput
-from .inputs import check_number
+from .inputs import check_event_id, check_number
 from .rows import QueueGauges, as_dict
 
 DEFAULT_PENDING_AGE_S = 1800.0  # the oldest_pending alert's floor
@@ -125,7 +125,7 @@ async def metrics_view(
 
 async def deliveries_for_event(conn: Conn, event_id: str) -> list[dict[str, Any]]:
     """Each delivery of one event, with its attempts (oldest first)."""
-    if not isinstance(event_id, str) or not event_id:
+    if check_event_id(event_id or None) is None:
         raise BadInput("event_id is required")
     rows = [as_dict(d) for d in await catalog.deliveries_for_event(conn, event_id)]
     by_delivery: dict[int, list[dict[str, Any]]] = {}

@@ -21,7 +21,7 @@ from .errors import TargetRefused
 from .models import AttemptResult, Endpoint, Verdict
 from .retry import classify_status, parse_retry_after
 from .signing import Signer
-from .ssrf import check_address, literal_address
+from .ssrf import check_address, target_refusal
 
 USER_AGENT = f"dispatcher/{__version__}"
 MAX_ERROR_LEN = 300
@@ -96,19 +96,14 @@ class EndpointWire:
         self.signer = Signer(secrets)
         self.timeout_ms = timeout_ms
         self.timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000)
-        self.url_refusal: str | None = None
-        host = URL(url).host or ""
-        if literal_address(host) is not None:
-            # aiohttp skips the resolver for IP literals: check them here.
-            try:
-                check_address(
-                    host,
-                    host.strip("[]"),
-                    allow_private=allow_private,
-                    allowed_networks=allowed_networks,
-                )
-            except TargetRefused as exc:
-                self.url_refusal = str(exc)
+        # Decided once per endpoint version, not per request: aiohttp skips
+        # the resolver for IP literals, and refuses non-canonical IPv4 forms
+        # itself only as a retryable error; both are a permanent refusal here.
+        self.url_refusal = target_refusal(
+            self.target.raw_host or "",
+            allow_private=allow_private,
+            allowed_networks=allowed_networks,
+        )
 
 
 class Sender:

@@ -31,12 +31,16 @@ from .inputs import (
 )
 from .models import SETTING_NAMES, EndpointSpec
 from .rows import EndpointRecord
-from .secretbox import SecretBox, unseal
+from .secretbox import SecretBox, seal, unseal
 from .signing import SIGNING_KEY_PREFIX, generate_secret, generate_signing_key, public_key
+from .ssrf import TargetPolicy, check_target
 
 DEFAULT_GRACE_S = 86_400.0  # a rotated-out secret keeps signing for a day
 MAX_GRACE_S = float(2**31)
 DEFAULT_REPLAY_LIMIT = 10_000  # dead letters requeued per replay call
+# What every output shows for a header value; sent back in an update, it
+# keeps the stored value of that header.
+HEADER_MASK = "••••"
 
 # ---------------------------------------------------------------- endpoints
 
@@ -47,7 +51,8 @@ def endpoint_public(record: EndpointRecord, *, secret: str | None = None) -> dic
     out: dict[str, Any] = {"id": record.id, "url": record.url}
     out.update((name, getattr(record, name)) for name in SETTING_NAMES)
     out["event_types"] = list(record.event_types)
-    out["headers"] = dict(record.headers)
+    # Header values are often a receiver's credentials: names only.
+    out["headers"] = {name: HEADER_MASK for name, _ in record.headers}
     out["enabled"] = record.enabled
     out["disabled_reason"] = record.disabled_reason
     out["created_at"] = record.created_at
@@ -73,26 +78,72 @@ def scheme_of(secret: str) -> str:
 
 
 async def add_endpoint(
-    conn: Conn, spec: EndpointSpec, *, signature: str | None = None, box: SecretBox | None = None
+    conn: Conn,
+    spec: EndpointSpec,
+    *,
+    signature: str | None = None,
+    box: SecretBox | None = None,
+    targets: TargetPolicy | None = None,
 ) -> dict[str, Any]:
-    """Creates an endpoint; without a secret in `spec`, one of `signature`'s scheme."""
+    """Creates an endpoint; without a secret in `spec`, one of `signature`'s scheme.
+
+    `targets`: the deployment's SSRF policy, checked against the URL's
+    literal address (the CLI and the API pass theirs; None only for trusted
+    callers of the Python API, whose URLs the worker still checks)."""
+    if targets is not None:
+        check_target(spec.url, targets)
+    if any(value == HEADER_MASK for _, value in spec.headers):
+        raise BadInput(f"a header value {HEADER_MASK} only keeps a stored value in an update")
     secret = spec.secret or new_secret(signature)
     record = await catalog.add_endpoint(conn, spec, secret, box)
     return endpoint_public(record, secret=secret)
 
 
-async def update_endpoint(conn: Conn, endpoint_id: int, patch: Mapping[str, Any]) -> dict[str, Any]:
-    """Applies `patch` over the endpoint's current settings, validated whole."""
+async def update_endpoint(
+    conn: Conn,
+    endpoint_id: int,
+    patch: Mapping[str, Any],
+    *,
+    box: SecretBox | None = None,
+    targets: TargetPolicy | None = None,
+) -> dict[str, Any]:
+    """Applies `patch` over the endpoint's current settings, validated whole
+    (the URL again too, as at creation). Headers not in `patch` stay as they
+    are; in `patch`, they replace the set, HEADER_MASK keeping a stored value."""
     if "secret" in patch:
         raise BadInput("use rotate-secret to change a secret")
     if "enabled" in patch:
         raise BadInput("use the disable / enable routes")
     async with conn.transaction():
         current = await catalog.get_endpoint(conn, endpoint_id, lock=True)
-        base = EndpointSpec(url=current.url, **{k: getattr(current, k) for k in SETTING_NAMES})
+        # The stored headers may be sealed: they are carried over, not re-validated.
+        base = EndpointSpec(
+            url=current.url,
+            **{k: getattr(current, k) for k in SETTING_NAMES if k != "headers"},
+        )
         spec = spec_from_fields(patch, base)
-        record = await catalog.update_endpoint(conn, endpoint_id, spec)
+        if targets is not None:
+            check_target(spec.url, targets)
+        stored = current.headers
+        if "headers" in patch:
+            stored = _patched_headers(current.headers, spec.headers, box)
+        record = await catalog.update_endpoint(conn, endpoint_id, spec, stored)
     return endpoint_public(record)
+
+
+def _patched_headers(
+    stored: catalog.Headers, given: catalog.Headers, box: SecretBox | None
+) -> catalog.Headers:
+    kept = {name.lower(): value for name, value in stored}
+    out = []
+    for name, value in given:
+        if value != HEADER_MASK:
+            out.append((name, seal(box, value)))
+        elif name.lower() in kept:
+            out.append((name, kept[name.lower()]))
+        else:
+            raise BadInput(f"header {name}: {HEADER_MASK} keeps a stored value, and there is none")
+    return tuple(out)
 
 
 async def set_enabled(conn: Conn, endpoint_id: int, enabled: bool) -> dict[str, Any]:

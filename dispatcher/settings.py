@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .errors import BadInput
 from .secretbox import SecretBox
+from .ssrf import TargetPolicy
 
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
@@ -112,6 +113,11 @@ class Settings:
             allowed_networks=_networks(env.get("DISPATCHER_ALLOWED_NETWORKS", "")),
             max_payload_bytes=max(1, _int(env, "DISPATCHER_MAX_PAYLOAD_BYTES", 256 * 1024)),
             sensitive_fields=_names(env.get("DISPATCHER_SENSITIVE_FIELDS"), SENSITIVE_FIELDS),
+        )
+
+    def target_policy(self) -> TargetPolicy:
+        return TargetPolicy(
+            allow_private=self.allow_private_targets, allowed_networks=self.allowed_networks
         )
 
     def secret_box(self) -> SecretBox | None:

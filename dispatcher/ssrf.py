@@ -1,14 +1,21 @@
 """Which destinations the sender may connect to (the SSRF guard).
 
-Pure: the address checks take resolved addresses; the sender's resolver
+No I/O: the address checks take resolved addresses; the sender's resolver
 calls them after DNS and connects to the vetted addresses only, so a name
 cannot resolve once to a public address and once more to a private one.
+URLs are read with the sender's own parser (yarl, with its IDNA rules), so
+what `endpoint add` accepts is exactly what the sender can send to, and a
+literal address is judged in every form the C resolver would accept.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from urllib.parse import urlsplit
+import re
+import socket
+from dataclasses import dataclass
+
+from yarl import URL
 
 from .errors import BadInput, TargetRefused
 
@@ -68,26 +75,126 @@ def check_address(
     raise TargetRefused(f"{host} resolves to a non-public address ({ip})")
 
 
-def validate_url(url: str) -> str:
-    """Shape check done when an endpoint is created: scheme, host, no creds."""
+def parse_target(url: str) -> URL:
+    """The URL exactly as the sender will send to it, or BadInput.
+
+    The sender's own parser (yarl) and its IDNA rules decide: a host that
+    yarl cannot encode, or whose encoded form does not decode again (aiohttp
+    and the sender both read `URL.host`), is refused here rather than found
+    by the worker later. Hosts made only of digits and dots, which aiohttp
+    sends only in canonical dotted-quad form, must be an address.
+    """
     if not isinstance(url, str) or not url or len(url) > 2048:
         raise BadInput("url must be a non-empty string of at most 2048 characters")
     if any(c in url for c in "\r\n\t ") or not url.isprintable():
         raise BadInput("url must not contain whitespace or control characters")
     try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        raise BadInput(f"url is not valid: {exc}") from None
-    if parts.scheme not in ("http", "https"):
+        target = URL(url)
+        host = target.raw_host
+        port = target.explicit_port
+        if host:
+            target.host  # noqa: B018 - the decoding aiohttp does; it must not raise
+    except (ValueError, UnicodeError) as exc:
+        raise BadInput(f"url is not valid: {_reason(exc)}") from None
+    if target.scheme not in ("http", "https"):
         raise BadInput("url scheme must be http or https")
-    if not parts.hostname:
+    if not host:
         raise BadInput("url must name a host")
-    if parts.username or parts.password:
+    if target.raw_user is not None or target.raw_password is not None:
         raise BadInput("url must not carry credentials")
     if port == 0:
         raise BadInput("url port must be 1..65535")
+    if literal_address(host) is None and _legacy_ipv4(host) is None:
+        _check_name(host)
+    return target
+
+
+def validate_url(url: str) -> str:
+    """Shape check done when an endpoint is created or changed (see parse_target)."""
+    parse_target(url)
     return url
+
+
+def _reason(exc: Exception) -> str:
+    return str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+
+
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,63}(\.[A-Za-z0-9_-]{1,63})*\.?")
+
+
+def _check_name(host: str) -> None:
+    if host.replace(".", "").isdigit():
+        # aiohttp sends such a host only as a canonical dotted quad.
+        raise BadInput(f"url host {host} is not a valid IPv4 address")
+    if len(host) > 253 or not _NAME.fullmatch(host):
+        raise BadInput("url host is not a valid host name")
+
+
+def _legacy_ipv4(host: str) -> ipaddress.IPv4Address | None:
+    """The address a non-canonical IPv4 form (2130706433, 0x7f000001, 127.1,
+    0177.0.0.1) stands for: the C resolver maps every one of them onto an
+    address, so the guard must see that address, not a name."""
+    if not host or not host[0].isascii() or not host[0].isdigit() or not host.isascii():
+        return None
+    if not all(c.isalnum() or c == "." for c in host):
+        return None
+    try:
+        packed = socket.inet_aton(host)
+    except OSError:
+        return None
+    return ipaddress.IPv4Address(packed)
+
+
+def target_refusal(
+    host: str, *, allow_private: bool, allowed_networks: tuple[str, ...] = ()
+) -> str | None:
+    """Why the sender must never send to this (raw, encoded) host, or None.
+
+    Only literal addresses are decided here (aiohttp skips the resolver for
+    them); names are checked after DNS by the sender's resolver. A
+    non-canonical IPv4 form is refused as the address it stands for, and
+    even where that address is allowed (aiohttp will not send to the form).
+    """
+    ip = literal_address(host)
+    legacy = _legacy_ipv4(host) if ip is None else None
+    if ip is None and legacy is None:
+        return None
+    try:
+        check_address(
+            host,
+            str(ip if ip is not None else legacy),
+            allow_private=allow_private,
+            allowed_networks=allowed_networks,
+        )
+    except TargetRefused as exc:
+        return f"{exc}" if legacy is None else f"{host} is {legacy}, a non-public address"
+    if legacy is not None:
+        return f"{host} is not a canonical IPv4 address (write it as {legacy})"
+    return None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TargetPolicy:
+    """Which literal destinations a deployment allows (its settings)."""
+
+    allow_private: bool = False
+    allowed_networks: tuple[str, ...] = ()
+
+
+def check_target(url: str, policy: TargetPolicy) -> None:
+    """What `endpoint add` and every update check: the URL's shape (as the
+    sender reads it) and its literal address (as the sender judges it)."""
+    target = parse_target(url)
+    why = target_refusal(
+        target.raw_host or "",
+        allow_private=policy.allow_private,
+        allowed_networks=policy.allowed_networks,
+    )
+    if why is not None:
+        raise BadInput(
+            f"url refused by the SSRF guard: {why} (DISPATCHER_ALLOW_PRIVATE_TARGETS=1 "
+            "or DISPATCHER_ALLOWED_NETWORKS allow private targets)"
+        )
 
 
 def literal_address(host: str) -> IPAddress | None:

@@ -41,7 +41,8 @@ async def test_update_merges_the_patch_over_the_stored_endpoint(conn: asyncpg.Co
     eid = (await _add(conn, rate_per_s=5, headers={"X-A": "1"}, max_attempts=3))["id"]
     doc = await service.update_endpoint(conn, eid, {"timeout_ms": 5000})
     assert doc["timeout_ms"] == 5000 and doc["rate_per_s"] == 5.0
-    assert doc["headers"] == {"X-A": "1"} and doc["max_attempts"] == 3
+    assert doc["headers"] == {"X-A": service.HEADER_MASK} and doc["max_attempts"] == 3
+    assert (await catalog.get_endpoint(conn, eid)).headers == (("X-A", "1"),)
     doc = await service.update_endpoint(conn, eid, {"rate_per_s": None})
     assert doc["rate_per_s"] is None and doc["timeout_ms"] == 5000
     for bad in ({"max_attempts": 0}, {"secret": "whsec_x"}, {"enabled": False}, {"nope": 1},
@@ -97,3 +98,45 @@ async def test_report_defaults_and_limits(conn: asyncpg.Connection) -> None:
     with pytest.raises(BadInput):
         await reports.deliveries_for_event(conn, "")
     assert await reports.dead_letters(conn) == []
+
+
+async def test_header_values_are_sealed_masked_and_kept(conn: asyncpg.Connection) -> None:
+    box = SecretBox("k3y")
+    spec = spec_from_fields({"url": "https://example.com/h", "headers": {"X-Api-Key": "s3cr3t"}})
+    added = await service.add_endpoint(conn, spec, box=box)
+    assert added["headers"] == {"X-Api-Key": service.HEADER_MASK}
+    eid = added["id"]
+    raw = await conn.fetchval("SELECT headers::text FROM endpoints WHERE id = $1", eid)
+    assert "s3cr3t" not in raw and "enc:v1:" in raw and "X-Api-Key" in raw
+    stored = (await catalog.get_endpoint(conn, eid)).headers
+    assert catalog.unseal_headers(box, stored) == (("X-Api-Key", "s3cr3t"),)
+    # An update that does not name headers keeps them, byte for byte.
+    await service.update_endpoint(conn, eid, {"timeout_ms": 4000}, box=box)
+    assert (await catalog.get_endpoint(conn, eid)).headers == stored
+    # The mask sent back keeps a value; a new value is sealed too.
+    doc = await service.update_endpoint(
+        conn, eid, {"headers": {"X-Api-Key": service.HEADER_MASK, "X-New": "v2"}}, box=box
+    )
+    assert doc["headers"] == {"X-Api-Key": service.HEADER_MASK, "X-New": service.HEADER_MASK}
+    now = (await catalog.get_endpoint(conn, eid)).headers
+    assert dict(now)["X-Api-Key"] == dict(stored)["X-Api-Key"]
+    assert dict(catalog.unseal_headers(box, now))["X-New"] == "v2"
+    with pytest.raises(BadInput):
+        await service.update_endpoint(conn, eid, {"headers": {"X-Other": service.HEADER_MASK}})
+    for listed in await service.list_endpoints(conn):
+        assert "s3cr3t" not in str(listed) and "v2" not in str(listed.values())
+
+
+async def test_update_checks_the_url_like_add(conn: asyncpg.Connection) -> None:
+    from dispatcher.ssrf import TargetPolicy
+
+    strict = TargetPolicy()
+    spec = spec_from_fields({"url": "https://example.com/h"})
+    eid = (await service.add_endpoint(conn, spec, targets=strict))["id"]
+    for url in ("http://xn--zz.example/hook", "http://127.1/", "http://2130706433/",
+                "http://[::1]/", "http://10.0.0.1/"):  # fmt: skip
+        with pytest.raises(BadInput):
+            await service.add_endpoint(conn, spec_from_fields({"url": url}), targets=strict)
+        with pytest.raises(BadInput):
+            await service.update_endpoint(conn, eid, {"url": url}, targets=strict)
+    assert (await service.get_endpoint(conn, eid))["url"] == "https://example.com/h"

@@ -10,11 +10,20 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from dispatcher.errors import BadInput, DispatcherError, TargetRefused
-from dispatcher.ssrf import address_allowed, check_address, literal_address, validate_url
+from dispatcher.sender import EndpointWire
+from dispatcher.ssrf import (
+    TargetPolicy,
+    address_allowed,
+    check_address,
+    check_target,
+    literal_address,
+    target_refusal,
+    validate_url,
+)
 
 PROPS = settings(max_examples=200, deadline=None, database=None)
 
@@ -435,6 +444,8 @@ def test_validate_url_does_not_leak_credentials_in_message() -> None:
 def test_validate_url_accepts_generated(
     scheme: str, host: str, port: int | None, path: str
 ) -> None:
+    # All digits and dots is an IPv4 address or nothing (see the tests below).
+    assume(not host.replace(".", "").isdigit())
     url = f"{scheme}://{host}{'' if port is None else f':{port}'}{path}"
     assert validate_url(url) == url
 
@@ -506,3 +517,79 @@ def test_literal_address_round_trip(ip: ipaddress.IPv4Address | ipaddress.IPv6Ad
 @given(st.from_regex(r"[a-z][a-z0-9-]{0,20}(\.[a-z]{2,6}){0,3}", fullmatch=True))
 def test_literal_address_hostnames_are_none(host: str) -> None:
     assert literal_address(host) is None
+
+
+# --------------------------------------------------------------------------
+# the sender's parser: accepted means sendable
+# --------------------------------------------------------------------------
+
+UNSENDABLE = [
+    "http://xn--zz.example/hook",  # yarl encodes it, but it does not decode again
+    "http://1.2.3.999/",  # digits and dots: aiohttp sends only canonical quads
+    "http://08.0.0.1/",
+    "http://127.0.0.1./",
+    "http://1.2.3.4.5/",
+    "http://a..b/",
+    "http://exa%20mple.com/",
+    "http://%31%32%37.0.0.1/",
+    "http://ex$ample.com/",
+]
+
+
+@pytest.mark.parametrize("url", UNSENDABLE)
+def test_validate_url_refuses_what_the_sender_cannot_send(url: str) -> None:
+    with pytest.raises(BadInput):
+        validate_url(url)
+
+
+@pytest.mark.parametrize(
+    "url", ["http://Bücher.example/x", "http://例え.テスト/", "http://ß.example/", "http://a_b.example/"]
+)
+def test_validate_url_accepts_international_names(url: str) -> None:
+    assert validate_url(url) == url
+    wire = EndpointWire(url, ("whsec_" + "A" * 32,), 1000, allow_private=False)
+    assert wire.url_refusal is None and wire.target.raw_host.isascii()
+
+
+LOOPBACK_FORMS = ["2130706433", "0177.0.0.1", "127.1", "0x7f000001", "0x7f.1", "017700000001"]
+
+
+@pytest.mark.parametrize("host", LOOPBACK_FORMS)
+def test_non_canonical_loopback_is_refused_as_loopback(host: str) -> None:
+    why = target_refusal(host, allow_private=False)
+    assert why is not None and "127.0.0.1" in why and "non-public" in why
+    with pytest.raises(BadInput, match="DISPATCHER_ALLOW_PRIVATE_TARGETS"):
+        check_target(f"http://{host}:8080/hook", TargetPolicy())
+    wire = EndpointWire(f"http://{host}/", ("whsec_" + "A" * 32,), 1000, allow_private=False)
+    assert wire.url_refusal is not None and "127.0.0.1" in wire.url_refusal
+
+
+@pytest.mark.parametrize("host", [*LOOPBACK_FORMS, "134744072"])
+def test_non_canonical_forms_are_refused_even_where_allowed(host: str) -> None:
+    # aiohttp will not send to them: refusing is the only honest answer.
+    why = target_refusal(host, allow_private=True)
+    assert why is not None and "canonical" in why
+    with pytest.raises(BadInput):
+        check_target(f"http://{host}/", TargetPolicy(allow_private=True))
+
+
+def test_canonical_and_names_are_left_to_the_address_check() -> None:
+    assert target_refusal("8.8.8.8", allow_private=False) is None
+    assert target_refusal("example.com", allow_private=False) is None
+    assert target_refusal("127.0.0.1", allow_private=True) is None
+    assert target_refusal("10.0.0.1", allow_private=False, allowed_networks=("10.0.0.0/8",)) is None
+    assert "non-public" in (target_refusal("127.0.0.1", allow_private=False) or "")
+    check_target("http://8.8.8.8/", TargetPolicy())
+    check_target("http://127.0.0.1:9/", TargetPolicy(allow_private=True))
+
+
+@PROPS
+@given(st.text(max_size=60))
+def test_whatever_validate_url_accepts_the_sender_can_build(host: str) -> None:
+    url = f"http://{host}/hook"
+    try:
+        validate_url(url)
+    except BadInput:
+        return
+    wire = EndpointWire(url, ("whsec_" + "A" * 32,), 1000, allow_private=True)
+    assert wire.target.host is not None  # the decoding aiohttp does

@@ -1,0 +1,187 @@
+"""Who may call the admin server, and what every one of its answers carries.
+
+Owns the admin token check, the dashboard's sign-in sessions (an HttpOnly,
+SameSite=Strict cookie with a CSRF token for state-changing calls), the
+security headers on every response, and the turning of every error into a
+JSON answer: an input error is a 4xx with `{"error": …}`, anything else a
+logged one-line 500, never a traceback. It never touches the database and
+knows nothing of the routes but which ones are open.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+from aiohttp import web
+
+from . import db, log
+from .cli_format import to_json
+from .errors import BadInput, DispatcherError, TargetRefused, UnknownEndpoint
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+# Open: the probes, the sign-in, the dashboard's code and styles (no data),
+# and `/`, which signs in or answers 401 itself.
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/login", "/"})
+OPEN_PREFIX = "/static/"
+SESSION_COOKIE = "dispatcher_session"
+CSRF_HEADER = "X-CSRF-Token"
+SESSION_TTL_S = 12 * 3600.0
+MAX_SESSIONS = 1000
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "Cache-Control": "no-store",
+    "Server": "dispatcher",
+}
+
+
+def json_response(doc: Any, status: int = 200) -> web.Response:
+    return web.Response(body=to_json(doc), status=status, content_type="application/json")
+
+
+def json_error(status: int, message: str) -> web.Response:
+    return json_response({"error": message}, status)
+
+
+class Sessions:
+    """Signed-in dashboards: session id → (expiry, CSRF token), in memory.
+
+    A restart signs everyone out, which is the safe direction. Only the
+    admin token opens a session, so a session can do what the token can.
+    """
+
+    __slots__ = ("_live", "_token")
+
+    def __init__(self, token: str) -> None:
+        self._token = token.encode()
+        self._live: dict[str, tuple[float, str]] = {}
+
+    def token_ok(self, offered: str) -> bool:
+        # Header values arrive as str decoded with surrogateescape: any byte
+        # sequence compares (and fails) without raising.
+        return hmac.compare_digest(offered.encode("utf-8", "surrogateescape"), self._token)
+
+    def open(self) -> tuple[str, str]:
+        now = time.monotonic()
+        self._live = {k: v for k, v in self._live.items() if v[0] > now}
+        if len(self._live) >= MAX_SESSIONS:
+            del self._live[min(self._live, key=lambda k: self._live[k][0])]
+        sid, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+        self._live[sid] = (now + SESSION_TTL_S, csrf)
+        return sid, csrf
+
+    def csrf_of(self, sid: str) -> str | None:
+        entry = self._live.get(sid)
+        if entry is None or entry[0] <= time.monotonic():
+            return None
+        return entry[1]
+
+    def close(self, sid: str) -> None:
+        self._live.pop(sid, None)
+
+
+SESSIONS: web.AppKey[Sessions] = web.AppKey("sessions", Sessions)
+CSRF: web.RequestKey[str] = web.RequestKey("csrf", str)
+
+
+def _bearer(request: web.Request) -> str | None:
+    value = request.headers.get("Authorization", "")
+    scheme, _, credentials = value.partition(" ")
+    return credentials.strip() if scheme.lower() == "bearer" else None
+
+
+def _same_origin(request: web.Request) -> bool:
+    """A cookie-carrying state change must come from our own pages."""
+    origin = request.headers.get("Origin")
+    return origin is None or origin == f"{request.scheme}://{request.host}"
+
+
+def authenticate(request: web.Request) -> str | None:
+    """None when the request may go on; else why not (401)."""
+    sessions = request.app[SESSIONS]
+    offered = _bearer(request)
+    if offered is not None:
+        return None if sessions.token_ok(offered) else "missing or wrong bearer token"
+    csrf = sessions.csrf_of(request.cookies.get(SESSION_COOKIE, ""))
+    if csrf is None:
+        return "missing or wrong bearer token"
+    request[CSRF] = csrf
+    return None
+
+
+def set_session_cookie(request: web.Request, response: web.StreamResponse, sid: str) -> None:
+    response.set_cookie(
+        SESSION_COOKIE, sid, max_age=int(SESSION_TTL_S), path="/", httponly=True,
+        samesite="Strict", secure=request.secure,
+    )  # fmt: skip
+
+
+@web.middleware
+async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Authentication, CSRF, and every error as JSON."""
+    try:
+        if request.path not in OPEN_PATHS and not request.path.startswith(OPEN_PREFIX):
+            why = authenticate(request)
+            if why is not None:
+                return json_error(401, why)
+            csrf = request.get(CSRF)
+            if csrf is not None and request.method not in SAFE_METHODS:
+                offered = request.headers.get(CSRF_HEADER, "")
+                ok = hmac.compare_digest(offered.encode("utf-8", "surrogateescape"), csrf.encode())
+                if not ok or not _same_origin(request):
+                    return json_error(403, f"a signed-in page must send {CSRF_HEADER}")
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        # aiohttp's own answers (no route, wrong method, body too large) in
+        # the same JSON shape as ours, keeping headers such as Allow.
+        response = json_error(exc.status, exc.reason)
+        if "Allow" in exc.headers:
+            response.headers["Allow"] = exc.headers["Allow"]
+        return response
+    except UnknownEndpoint as exc:
+        return json_error(404, str(exc))
+    except (BadInput, TargetRefused) as exc:
+        return json_error(400, str(exc))
+    except asyncpg.DataError as exc:
+        # The database refused a value (out of range, not representable):
+        # the request's fault, not an outage.
+        return json_error(400, f"value not accepted: {db.one_line(exc)}")
+    except DispatcherError as exc:
+        return json_error(503, str(exc))
+    except db.DATABASE_ERRORS as exc:
+        log.event("admin_database_error", logging.WARNING, path=request.path,
+                  error=f"{type(exc).__name__}: {db.one_line(exc)}")  # fmt: skip
+        return json_error(503, "database unavailable")
+    except Exception as exc:
+        log.event("admin_internal_error", logging.ERROR, path=request.path,
+                  error=f"{type(exc).__name__}: {db.one_line(exc)}"[:300])  # fmt: skip
+        return json_error(500, "internal error")
+
+
+async def add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """on_response_prepare: every answer, including aiohttp's own, carries them."""
+    for name, value in SECURITY_HEADERS.items():
+        response.headers[name] = value
+
+
+def install(app: web.Application, token: str) -> None:
+    app[SESSIONS] = Sessions(token)
+    app.on_response_prepare.append(add_security_headers)
