@@ -331,7 +331,7 @@ class Engine:
             if self._stopping or not gate.sendable() or gate.paused_for() > 0:
                 return _release(d, gate.paused_for()), None
             d.started = True
-            d.seq = gate.order.sent()
+            d.seq = gate.order.sent(time.monotonic())
             try:
                 result = await self.sender.post(gate.wire, d.event_id, d.body)
             except Exception as exc:

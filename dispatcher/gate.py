@@ -69,31 +69,52 @@ class SendOrder:
     Requests finish out of order: a reset comes back at once while the
     successes sent before it are still on the wire. Counted in completion
     order, scattered failures would look like a run and open the breaker; so
-    a result is released only once every attempt sent before it has ended.
+    a result is released only once every attempt sent before it has ended,
+    or has been on the wire longer than HORIZON_S: a request that hangs must
+    not hold the breaker's view of everything sent after it (its result is
+    released when it comes, on its own).
     """
 
-    __slots__ = ("_done", "_next", "_open")
+    HORIZON_S = 1.0
+
+    __slots__ = ("_done", "_late", "_next", "_open", "_sent_at")
 
     def __init__(self) -> None:
         self._next = 0
-        self._open: list[int] = []  # heap of sequence numbers still on the wire
+        self._open: list[int] = []  # heap of sequence numbers not yet released
+        self._sent_at: dict[int, float] = {}
         self._done: dict[int, bool | None] = {}
+        self._late: set[int] = set()  # passed over while still on the wire
 
-    def sent(self) -> int:
+    def sent(self, now: float) -> int:
         seq = self._next
         self._next += 1
         heapq.heappush(self._open, seq)
+        self._sent_at[seq] = now
         return seq
 
-    def completed(self, seq: int, ok: bool | None) -> list[bool]:
+    def completed(self, seq: int, ok: bool | None, now: float) -> list[bool]:
         """Records one result (None: the attempt never counted); returns the
         results now in order, oldest first."""
-        self._done[seq] = ok
         ready: list[bool] = []
-        while self._open and self._open[0] in self._done:
-            result = self._done.pop(heapq.heappop(self._open))
-            if result is not None:
-                ready.append(result)
+        if seq in self._late:
+            self._late.discard(seq)
+            if ok is not None:
+                ready.append(ok)
+        else:
+            self._done[seq] = ok
+        while self._open:
+            head = self._open[0]
+            if head in self._done:
+                result = self._done.pop(head)
+                if result is not None:
+                    ready.append(result)
+            elif now - self._sent_at[head] > self.HORIZON_S:
+                self._late.add(head)
+            else:
+                break
+            heapq.heappop(self._open)
+            del self._sent_at[head]
         return ready
 
 
@@ -275,7 +296,7 @@ class Gate:
         if pause_s:
             self.paused_until = max(self.paused_until, mono + pause_s)
         ok = None if result is None else result.verdict is Verdict.SUCCESS
-        ready = self.order.completed(seq, ok)
+        ready = self.order.completed(seq, ok, mono)
         if ready and (not all(ready) or not self._clean()):
             self.breaker, _ = fold(
                 self.breaker,

@@ -61,24 +61,38 @@ def test_paused_and_disabled_endpoints_get_nothing() -> None:
 
 def test_send_order_releases_results_only_in_send_order() -> None:
     order = SendOrder()
-    a, b, c = order.sent(), order.sent(), order.sent()
-    assert order.completed(c, False) == []  # a and b still on the wire
-    assert order.completed(a, True) == [True]
-    assert order.completed(b, None) == [False]  # b never counted; c follows a
-    d = order.sent()
-    assert order.completed(d, True) == [True]
+    a, b, c = order.sent(0.0), order.sent(0.0), order.sent(0.0)
+    assert order.completed(c, False, 0.1) == []  # a and b still on the wire
+    assert order.completed(a, True, 0.1) == [True]
+    assert order.completed(b, None, 0.1) == [False]  # b never counted; c follows a
+    d = order.sent(0.2)
+    assert order.completed(d, True, 0.2) == [True]
+
+
+def test_a_hanging_request_holds_the_order_only_for_the_horizon() -> None:
+    order = SendOrder()
+    hanging = order.sent(0.0)
+    later = [order.sent(0.1) for _ in range(3)]
+    assert order.completed(later[0], False, 0.2) == []
+    assert order.completed(later[1], False, 0.3) == []
+    # Past the horizon the hanging one is passed over: the rest flow.
+    assert order.completed(later[2], False, SendOrder.HORIZON_S + 0.5) == [False] * 3
+    # It is counted on its own when it ends; nothing waits for it any more.
+    assert order.completed(hanging, False, 2.0) == [False]
+    nxt = order.sent(2.0)
+    assert order.completed(nxt, True, 2.0) == [True]
 
 
 @settings(max_examples=200, deadline=None, database=None)
 @given(st.lists(st.booleans(), min_size=1, max_size=60), st.randoms(use_true_random=False))
 def test_send_order_is_a_permutation_back_to_send_order(results: list[bool], rnd: Random) -> None:
     order = SendOrder()
-    seqs = [order.sent() for _ in results]
+    seqs = [order.sent(0.0) for _ in results]
     finish = list(zip(seqs, results, strict=True))
     rnd.shuffle(finish)
     out: list[bool] = []
     for seq, ok in finish:
-        out += order.completed(seq, ok)
+        out += order.completed(seq, ok, 0.5)  # all within the horizon
     assert out == results
 
 
@@ -93,7 +107,7 @@ def test_failures_that_finish_first_do_not_open_the_breaker() -> None:
     are still on the wire: in completion order they look like a run."""
     g = _gate(failure_threshold=3)
     pattern = [True, False, True, False, False, True, False, True] * 5
-    seqs = [g.order.sent() for _ in pattern]
+    seqs = [g.order.sent(time.monotonic()) for _ in pattern]
     ready: list[bool] = []
     failures_first = [(s, ok) for s, ok in zip(seqs, pattern, strict=True) if not ok] + [
         (s, ok) for s, ok in zip(seqs, pattern, strict=True) if ok
@@ -107,7 +121,7 @@ def test_failures_that_finish_first_do_not_open_the_breaker() -> None:
 def test_a_run_of_failures_in_send_order_opens_the_local_view() -> None:
     g = _gate(failure_threshold=3)
     for _ in range(3):
-        g.completed(g.order.sent(), _result(False), None, 0.0)
+        g.completed(g.order.sent(time.monotonic()), _result(False), None, 0.0)
     assert g.breaker.state is BreakerState.OPEN
     assert not g.sendable() and g.budget(time.monotonic()) == 0
 
