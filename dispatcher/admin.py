@@ -49,8 +49,11 @@ async def _body(request: web.Request, allowed: Collection[str] | None = None) ->
         raw = await request.read()
     except web.HTTPException:
         raise
-    except (aiohttp.ClientPayloadError, aiohttp.http_exceptions.HttpProcessingError, ValueError):
-        # A body that does not match its Content-Encoding, or is cut short.
+    except (aiohttp.ClientPayloadError, aiohttp.http_exceptions.HttpProcessingError,
+            web.RequestPayloadError, ValueError):  # fmt: skip
+        # A body that does not match its Content-Encoding, or is cut short:
+        # the connection is in no state to carry another request.
+        request[web_security.BODY_BROKEN] = True
         raise BadInput("request body cannot be decoded (check Content-Encoding)") from None
     if not raw:
         return {}
@@ -340,7 +343,9 @@ async def start_admin(bind: str, settings: Settings, url: str, metrics_: Metrics
         await pool.close()
 
     app.on_cleanup.append(close_pool)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=2)
+    runner = web_security.HardenedRunner(
+        app, handle_signals=False, access_log=None, shutdown_timeout=2
+    )
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     try:

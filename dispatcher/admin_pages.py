@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 import importlib.resources
-from typing import Final
+from typing import Final, NoReturn
 
 from aiohttp import web
 
@@ -47,11 +47,12 @@ def _login_page(error: str | None = None, status: int = 200) -> web.Response:
     return _html(page, status)
 
 
-def _signed_in(request: web.Request) -> web.Response:
+def _signed_in(request: web.Request) -> NoReturn:
+    """303 to the page itself: the token leaves the address bar and history."""
     sid, _ = request.app[SESSIONS].open()
-    response = web.HTTPSeeOther("/")
-    set_session_cookie(request, response, sid)
-    return response  # type: ignore[return-value]
+    redirect = web.HTTPSeeOther("/")
+    set_session_cookie(request, redirect, sid)
+    raise redirect
 
 
 def _wants_html(request: web.Request) -> bool:
@@ -62,7 +63,7 @@ async def dashboard(request: web.Request) -> web.Response:
     """The page; or, with `?token=`, the one-time exchange for a cookie."""
     if "token" in request.query:
         if request.app[SESSIONS].token_ok(request.query["token"]):
-            return _signed_in(request)
+            _signed_in(request)
         return _login_page("That token is not the admin token.", 401)
     why = authenticate(request)
     if why is not None:
@@ -86,16 +87,16 @@ async def login(request: web.Request) -> web.Response:
         return _login_page("The form could not be read.", 400)
     token = form.get("token")
     if isinstance(token, str) and request.app[SESSIONS].token_ok(token):
-        return _signed_in(request)
+        _signed_in(request)
     return _login_page("That token is not the admin token.", 401)
 
 
 async def logout(request: web.Request) -> web.Response:
     """Needs the session's CSRF token like every other state change (guard)."""
     request.app[SESSIONS].close(request.cookies.get(SESSION_COOKIE, ""))
-    response = web.HTTPSeeOther("/login")
-    response.del_cookie(SESSION_COOKIE, path="/")
-    return response  # type: ignore[return-value]
+    redirect = web.HTTPSeeOther("/login")
+    redirect.del_cookie(SESSION_COOKIE, path="/")
+    raise redirect
 
 
 async def static_file(request: web.Request) -> web.Response:

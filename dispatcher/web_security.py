@@ -19,6 +19,8 @@ from typing import Any
 
 import asyncpg
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
 
 from . import db, log
 from .cli_format import to_json
@@ -98,6 +100,7 @@ class Sessions:
 
 SESSIONS: web.AppKey[Sessions] = web.AppKey("sessions", Sessions)
 CSRF: web.RequestKey[str] = web.RequestKey("csrf", str)
+BODY_BROKEN: web.RequestKey[bool] = web.RequestKey("body_broken", bool)
 
 
 def _bearer(request: web.Request) -> str | None:
@@ -135,6 +138,15 @@ def set_session_cookie(request: web.Request, response: web.StreamResponse, sid: 
 @web.middleware
 async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Authentication, CSRF, and every error as JSON."""
+    response = await _answer(request, handler)
+    if request.get(BODY_BROKEN) or not request.content.is_eof():
+        # A body left unread (refused before reading) or undecodable: the
+        # connection closes after this answer (see HardenedRunner), and says so.
+        response.force_close()
+    return response
+
+
+async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         if request.path not in OPEN_PATHS and not request.path.startswith(OPEN_PREFIX):
             why = authenticate(request)
@@ -185,3 +197,47 @@ async def add_security_headers(request: web.Request, response: web.StreamRespons
 def install(app: web.Application, token: str) -> None:
     app[SESSIONS] = Sessions(token)
     app.on_response_prepare.append(add_security_headers)
+
+
+class _Protocol(RequestHandler):
+    """aiohttp's connection handler, answering a request it could not even
+    parse (bad header bytes, duplicate framing headers) like every other
+    error: JSON, the security headers, one log line and no traceback."""
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if request.writer.output_size > 0:
+            raise ConnectionError("response already started; cannot answer the error")
+        detail = db.one_line(exc) if exc is not None else (message or "")
+        log.event("admin_bad_request", logging.INFO if status < 500 else logging.ERROR,
+                  status=status, error=detail[:200])  # fmt: skip
+        response = json_error(status, "malformed request" if status < 500 else "internal error")
+        response.headers.update(SECURITY_HEADERS)
+        response.force_close()
+        return response
+
+
+class _Server(web.Server):
+    def __call__(self) -> RequestHandler:
+        return _Protocol(self, loop=self._loop, **self._kwargs)
+
+
+class HardenedRunner(web.AppRunner):
+    """An AppRunner whose connections use _Protocol, and close (rather than
+    drain) a request body the handler did not read: draining one that does
+    not decode would end in aiohttp's logged traceback."""
+
+    def __init__(self, app: web.Application, **kwargs: Any) -> None:
+        super().__init__(app, lingering_time=0, **kwargs)
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        # aiohttp builds the Server itself (with the app's handler and
+        # request factory); only the protocol it hands out changes.
+        server.__class__ = _Server
+        return server

@@ -543,7 +543,8 @@ def test_validate_url_refuses_what_the_sender_cannot_send(url: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "url", ["http://Bücher.example/x", "http://例え.テスト/", "http://ß.example/", "http://a_b.example/"]
+    "url",
+    ["http://Bücher.example/x", "http://例え.テスト/", "http://ß.example/", "http://a_b.example/"],
 )
 def test_validate_url_accepts_international_names(url: str) -> None:
     assert validate_url(url) == url
