@@ -64,3 +64,23 @@ async def test_dashboard_shows_endpoints_percentiles_and_breakers(
     assert f"<td>{h['p50_ms']:.1f}</td>" in dom or f"<td>{int(h['p50_ms'])}</td>" in dom
     assert "dead_letters_rising" in dom
     assert shot.exists() and shot.stat().st_size > 10_000
+
+
+async def test_dashboard_sign_in_keeps_no_token_in_the_page(db_url: str, tmp_path: Path) -> None:
+    token = "dash-admin-token-0123456789"
+    runner = await start_admin("127.0.0.1:0", replace(FAST, admin_token=token), db_url, quiet=True)
+    host, port = runner.addresses[0][:2]
+    base = f"http://{host}:{port}"
+    try:
+        wrong = await _chromium("--dump-dom", f"{base}/?token=nope", profile=tmp_path / "w")
+        plain = await _chromium("--dump-dom", f"{base}/", profile=tmp_path / "p")
+        signed = await _chromium("--dump-dom", f"{base}/?token={token}", profile=tmp_path / "s")
+    finally:
+        await runner.cleanup()
+    # A wrong token and no session both show the sign-in form, not the data.
+    for dom in (wrong, plain):
+        assert 'action="/login"' in dom and 'name="token"' in dom and "data-endpoint" not in dom
+    assert "not the admin token" in wrong
+    # Signed in: the dashboard ran (its script loaded under the CSP and its
+    # calls went out with the cookie), and the token is nowhere in the page.
+    assert 'id="signout"' in signed and "updated " in signed and token not in signed

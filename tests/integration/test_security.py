@@ -335,3 +335,42 @@ async def test_logs_never_carry_payloads(conn: asyncpg.Connection, db_url: str,
     for r in stored:
         assert len(r["last_error"]) <= 300
         assert not any(str(v) in r["last_error"] for v in values.values())
+
+
+async def test_header_values_sealed_at_rest_and_never_listed(
+    conn: asyncpg.Connection, db_url: str, receiver: Receiver
+) -> None:
+    env = cli_env(db_url, DISPATCHER_SECRET_KEY="k3y")
+    code, out, err = await cli(db_url, "endpoint", "add", "--url", receiver.url("/ok"), "--header",
+                               "X-Api-Key: abc123-secret", "--json", env=env)  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out)["headers"] == {"X-Api-Key": "••••"}
+    stored = await conn.fetchval("SELECT headers::text FROM endpoints")
+    assert "abc123-secret" not in stored and "enc:v1:" in stored
+    for args in (("endpoint", "list", "--json"), ("endpoint", "list")):
+        code, out, err = await cli(db_url, *args, env=env)
+        assert code == 0 and "abc123-secret" not in out and "enc:v1:" not in out, err
+
+
+@pytest.mark.xfail(strict=True, reason="needs store.endpoint_from_row to call unseal_headers")
+async def test_sealed_header_values_are_sent_in_clear(
+    conn: asyncpg.Connection, db_url: str, receiver: Receiver
+) -> None:
+    code, _, err = await cli(db_url, "endpoint", "add", "--url", receiver.url("/ok"), "--header",
+                             "X-Api-Key: abc123-secret",
+                             env=cli_env(db_url, DISPATCHER_SECRET_KEY="k3y"))  # fmt: skip
+    assert code == 0, err
+    await enqueue(conn, "t", {}, "sealed-hdr")
+    await drain(db_url, secret_key="k3y")
+    [got] = receiver.received
+    assert _headers(got)["x-api-key"] == "abc123-secret"
+
+
+@pytest.mark.parametrize(
+    "url", ["http://xn--zz.example/hook", "http://127.1/", "http://2130706433/",
+            "http://0x7f000001/", "http://[::1]:9/", "http://1.2.3.999/"],
+)  # fmt: skip
+async def test_endpoint_add_refuses_what_the_sender_would_not_send(db_url: str, url: str) -> None:
+    env = {**cli_env(db_url), "DISPATCHER_ALLOW_PRIVATE_TARGETS": "0"}
+    code, _, err = await cli(db_url, "endpoint", "add", "--url", url, env=env)
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
