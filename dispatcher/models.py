@@ -204,3 +204,6 @@ def validate_headers(headers: tuple[tuple[str, str], ...]) -> None:
             c == "\t" or c.isprintable() for c in value
         ):
             raise BadInput(f"header {name}: value must not contain control characters")
+        if value.startswith("enc:v1:"):
+            # The stored form of a sealed value: a plain one must not look like it.
+            raise BadInput(f"header {name}: value must not start with enc:v1:")

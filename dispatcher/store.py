@@ -14,7 +14,7 @@ from typing import NamedTuple
 import asyncpg
 
 from .breaker import Breaker, BreakerState, effective_threshold
-from .catalog import settings_from_row
+from .catalog import settings_from_row, unseal_headers
 from .db import MAINTENANCE_LOCK, Conn, Q
 from .models import Delivery, Endpoint, Outcome
 from .secretbox import PREFIX as SEALED
@@ -26,12 +26,15 @@ from .secretbox import SecretBox, SecretUnreadable, unseal
 def endpoint_from_row(
     row: asyncpg.Record, old_secrets: Sequence[str] = (), box: SecretBox | None = None
 ) -> Endpoint:
+    settings = settings_from_row(row)
+    # Header values are often the receiver's credentials: sealed like secrets.
+    settings["headers"] = unseal_headers(box, settings["headers"])
     return Endpoint(
         id=row["id"],
         url=row["url"],
         secrets=tuple(unseal(box, s) for s in (row["secret"], *old_secrets)),
         enabled=row["enabled"],
-        **settings_from_row(row),
+        **settings,
     )
 
 

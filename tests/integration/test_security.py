@@ -352,7 +352,6 @@ async def test_header_values_sealed_at_rest_and_never_listed(
         assert code == 0 and "abc123-secret" not in out and "enc:v1:" not in out, err
 
 
-@pytest.mark.xfail(strict=True, reason="needs store.endpoint_from_row to call unseal_headers")
 async def test_sealed_header_values_are_sent_in_clear(
     conn: asyncpg.Connection, db_url: str, receiver: Receiver
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -88,3 +89,8 @@ def test_enqueue_files(tmp_path: Path, content: list[str]) -> None:
     for event_id, event_type, payload, endpoint in events:
         assert event_id and event_type and payload
         assert endpoint is None or isinstance(endpoint, int)
+
+
+def test_a_header_value_cannot_pose_as_a_sealed_one() -> None:
+    with pytest.raises(BadInput, match="enc:v1:"):
+        validate_headers((("X-Key", "enc:v1:AAAA"),))
