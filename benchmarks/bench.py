@@ -74,6 +74,7 @@ class EndpointDef:
     max_in_flight: int | None = None
     rate_per_s: float | None = None
     timeout_ms: int | None = None
+    settings: dict[str, Any] = field(default_factory=dict)  # any other EndpointSpec fields
     id: int = 0
     secret: str = ""
 
@@ -87,7 +88,7 @@ class EndpointDef:
         for name in ("max_in_flight", "rate_per_s", "timeout_ms"):
             if getattr(self, name) is not None:
                 fields[name] = getattr(self, name)
-        return fields
+        return fields | self.settings
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
     python -m benchmarks.receiver --port P [--latency-ms N] [--status 200] [--hang]
                                   [--record-arrivals N]
+                                  [--fault reset|500|hang|cut --fault-share F --seed S]
 
 Raw asyncio Protocols on uvloop (aiohttp.web would be the bottleneck, not the
 dispatcher). Keep-alive, pipelined requests, Content-Length bodies. Every POST
@@ -13,7 +14,11 @@ where `count` is POSTs received and `unique_ids` distinct `webhook-id` values;
 `first_ts`, `last_ts`). `--hang` counts POSTs and never answers them (a
 hanging endpoint). `--record-arrivals N` keeps, for up to N distinct ids, the
 time.time() at which the first bytes of the first POST carrying that id were
-read; `GET /arrivals` answers them as JSON `{id: ts}`.
+read; `GET /arrivals` answers them as JSON `{id: ts}`. `--fault KIND
+--fault-share F` misbehaves on a share F of POSTs, drawn at random (seeded):
+`reset` drops the connection without an answer, `500` answers 500, `hang`
+never answers (the client's timeout ends it), `cut` answers a 200 whose body
+stops short of its content-length and drops the connection.
 
 It binds 127.0.0.1 only, prints `READY <port>` on stdout once listening
 (`--port 0` picks a free port), and is bounded everywhere: header and body
@@ -29,6 +34,7 @@ import contextlib
 import http
 import json
 import os
+import random
 import signal
 import sys
 import time
@@ -166,11 +172,23 @@ class Server:
     """Shared state of all connections."""
 
     def __init__(
-        self, status: int, latency_s: float, *, hang: bool = False, max_arrivals: int = 0
+        self,
+        status: int,
+        latency_s: float,
+        *,
+        hang: bool = False,
+        max_arrivals: int = 0,
+        fault: str | None = None,
+        fault_share: float = 0.0,
+        seed: int = 7,
     ) -> None:
         self.stats = Stats(max_arrivals)
         self.latency_s = latency_s
         self.hang = hang
+        self.fault = fault
+        self.fault_share = fault_share
+        self.rng = random.Random(seed)
+        self.error = _response(500)
         self.ok = _response(status)
         self.ok_close = _response(status, close=True)
         self.connections: set[ReceiverProtocol] = set()
@@ -335,6 +353,9 @@ class ReceiverProtocol(asyncio.Protocol):
         server = self.server
         if method == b"POST":
             server.stats.post(wid, path.split(b"?", 1)[0], self.now)
+            if server.fault is not None and server.rng.random() < server.fault_share:
+                self._misbehave(server.fault, close)
+                return
             payload: bytes = server.ok_close if close else server.ok
             if server.hang:
                 # Never answered: the slot stays empty, so this connection
@@ -361,6 +382,24 @@ class ReceiverProtocol(asyncio.Protocol):
             server.stats.other += 1
             resp = _response(404 if method == b"GET" else 405, close=close)
         self.queue.append(_Pending(resp, close))
+
+    def _misbehave(self, fault: str, close: bool) -> None:
+        """One faulty answer (the client never pipelines, so nothing queued
+        before it is lost)."""
+        self.server.stats.open -= 1
+        t = self.transport
+        if fault == "500":
+            self.queue.append(_Pending(self.server.error, close))
+        elif fault == "hang":
+            self.queue.append(_Pending(None, close))
+        elif t is not None:
+            if fault == "cut":
+                t.write(b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\ncut short")
+                t.close()
+            else:  # reset
+                t.abort()
+            self.closing = True
+            self.queue.clear()
 
     def _ready(self, slot: _Pending, payload: bytes) -> None:
         slot.data = payload
@@ -408,9 +447,20 @@ async def serve(
     *,
     hang: bool = False,
     max_arrivals: int = 0,
+    fault: str | None = None,
+    fault_share: float = 0.0,
+    seed: int = 7,
 ) -> None:
     loop = asyncio.get_running_loop()
-    server_state = Server(status, latency_ms / 1000, hang=hang, max_arrivals=max_arrivals)
+    server_state = Server(
+        status,
+        latency_ms / 1000,
+        hang=hang,
+        max_arrivals=max_arrivals,
+        fault=fault,
+        fault_share=fault_share,
+        seed=seed,
+    )
     server = await loop.create_server(
         lambda: ReceiverProtocol(server_state), HOST, port, backlog=2048, reuse_address=True
     )
@@ -451,6 +501,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--record-arrivals", type=int, default=0, metavar="N",
         help="keep the arrival time of up to N distinct ids (GET /arrivals)",
     )  # fmt: skip
+    p.add_argument("--fault", choices=("reset", "500", "hang", "cut"), help="misbehave this way")
+    p.add_argument("--fault-share", type=float, default=0.0, help="on this share of POSTs")
+    p.add_argument("--seed", type=int, default=7, help="of the fault draws")
     p.add_argument("--max-lifetime-s", type=float, default=3600.0)
     return p
 
@@ -466,6 +519,9 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.record_arrivals <= 1_000_000:
         sys.stderr.write("receiver: --record-arrivals must be 0..1000000\n")
         return 2
+    if not 0.0 <= args.fault_share <= 1.0:
+        sys.stderr.write("receiver: --fault-share must be 0..1\n")
+        return 2
     coro = serve(
         args.port,
         args.latency_ms,
@@ -473,6 +529,9 @@ def main(argv: list[str] | None = None) -> int:
         args.max_lifetime_s,
         hang=args.hang,
         max_arrivals=args.record_arrivals,
+        fault=args.fault,
+        fault_share=args.fault_share,
+        seed=args.seed,
     )
     try:
         import uvloop

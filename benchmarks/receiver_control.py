@@ -27,6 +27,8 @@ class Receiver:
         status: int = 200,
         hang: bool = False,
         record_arrivals: int = 0,
+        fault: str | None = None,
+        fault_share: float = 0.0,
         name: str = "receiver",
     ) -> None:
         self.children = children
@@ -34,6 +36,8 @@ class Receiver:
         self.status = status
         self.hang = hang
         self.record_arrivals = record_arrivals
+        self.fault = fault
+        self.fault_share = fault_share
         self.name = name
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
@@ -49,6 +53,8 @@ class Receiver:
             argv += ["--hang"]
         if self.record_arrivals:
             argv += ["--record-arrivals", str(self.record_arrivals)]
+        if self.fault:
+            argv += ["--fault", self.fault, "--fault-share", str(self.fault_share)]
         proc, _, err_path = self.children.spawn(argv, name=self.name, stdout_pipe=True)
         self.proc = proc
         assert proc.stdout is not None

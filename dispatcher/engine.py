@@ -46,6 +46,8 @@ CLAIM_RETRY_S = 1.0
 # No statement of the worker takes this long unless the network under it died
 # silently; then the connection is dropped and the work retried.
 COMMAND_TIMEOUT_S = 60.0
+# A timer for a retry that comes due fires this long after the due time.
+RETRY_WAKE_SLACK_S = 0.03
 # `run --drain` gives up when the database stays unreachable this long.
 DRAIN_GIVE_UP_S = 30.0
 
@@ -86,6 +88,8 @@ class Engine:
         self._background: list[asyncio.Task[None]] = []
         self._claim_failing_since = 0.0
         self._claim_failed = False  # an empty claim that was really a failed one
+        self._retry_timer: asyncio.TimerHandle | None = None
+        self._retry_due = 0.0  # loop time the timer fires at
         self._pool: asyncpg.Pool | None = None
         self._listener: Listener | None = None
         self._recorder: Recorder | None = None
@@ -196,6 +200,8 @@ class Engine:
 
     async def _wind_down(self) -> None:
         self._stopping = True
+        if self._retry_timer is not None:
+            self._retry_timer.cancel()
         # Rows not yet on the wire go back at once; those mid-request get the
         # grace period to finish.
         for t, (d, _) in list(self._tasks.items()):
@@ -360,9 +366,32 @@ class Engine:
             ready = gate.completed(d.seq, result, outcome.pause_s, self._refresher.db_now())
             if ready:
                 self._recorder.add_results(d.endpoint_id, ready)
+        if outcome.status is Status.FAILED or outcome.next_attempt_in_s:
+            self._wake_for(outcome.next_attempt_in_s)
         self._since_claim += 1
         if self._since_claim >= self._claim_threshold() or self._inflight == 0:
             self._wake.set()
+
+    def _wake_for(self, delay_s: float) -> None:
+        """A row comes due again sooner than the next poll: wake then (one
+        timer, for the earliest), so short retry delays are kept."""
+        # The row's due time is set when its outcome is written, a flush
+        # later than now: wake a little after that, not before.
+        delay_s += self.settings.flush_interval_s + RETRY_WAKE_SLACK_S
+        if delay_s >= self.settings.poll_interval_s:
+            return
+        loop = asyncio.get_running_loop()
+        due = loop.time() + delay_s
+        if self._retry_timer is not None:
+            if self._retry_due <= due:
+                return
+            self._retry_timer.cancel()
+        self._retry_due = due
+        self._retry_timer = loop.call_at(due, self._retry_came_due)
+
+    def _retry_came_due(self) -> None:
+        self._retry_timer = None
+        self._wake.set()
 
     def _decide(self, gate: Gate, d: Delivery, r: AttemptResult) -> Outcome:
         ep = gate.endpoint

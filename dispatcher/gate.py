@@ -67,19 +67,19 @@ class SendOrder:
     """Puts attempt results back in the order the attempts were sent.
 
     Requests finish out of order: a reset comes back at once while the
-    successes sent before it are still on the wire. Counted in completion
-    order, scattered failures would look like a run and open the breaker; so
-    a result is released only once every attempt sent before it has ended,
-    or has been on the wire longer than HORIZON_S: a request that hangs must
-    not hold the breaker's view of everything sent after it (its result is
-    released when it comes, on its own).
+    successes sent around it are still on the wire; a request that hangs
+    times out long after the successes sent with it. Counted in completion
+    order, either would turn scattered failures into a run and open the
+    breaker; so a result is released only once every attempt sent before it
+    has ended. Every attempt ends by its timeout, so the wait is bounded by
+    it; `horizon_s` (a little more) is only a backstop for one that never
+    reports: it is then passed over, and counted on its own if it ever ends.
     """
 
-    HORIZON_S = 1.0
+    __slots__ = ("_done", "_late", "_next", "_open", "_sent_at", "horizon_s")
 
-    __slots__ = ("_done", "_late", "_next", "_open", "_sent_at")
-
-    def __init__(self) -> None:
+    def __init__(self, horizon_s: float = 60.0) -> None:
+        self.horizon_s = horizon_s
         self._next = 0
         self._open: list[int] = []  # heap of sequence numbers not yet released
         self._sent_at: dict[int, float] = {}
@@ -109,7 +109,7 @@ class SendOrder:
                 result = self._done.pop(head)
                 if result is not None:
                     ready.append(result)
-            elif now - self._sent_at[head] > self.HORIZON_S:
+            elif now - self._sent_at[head] > self.horizon_s:
                 self._late.add(head)
             else:
                 break
@@ -156,7 +156,7 @@ class Gate:
         self.sem = asyncio.Semaphore(endpoint.max_in_flight)
         self.limiter = self._limiter()
         self.adaptive = concurrency.initial(endpoint.max_in_flight)
-        self.order = SendOrder()
+        self.order = SendOrder(_horizon(endpoint))
         self.claimed = 0  # claimed by this process, outcome not yet buffered
         self.probing = False  # this process won the half-open probe
         self.probe_sent = False
@@ -172,6 +172,7 @@ class Gate:
         self.endpoint = endpoint
         self.wire = wire
         self.broken = broken
+        self.order.horizon_s = _horizon(endpoint)
         if old.max_in_flight != endpoint.max_in_flight:
             # Rows already holding the old semaphore finish under it.
             self.sem = asyncio.Semaphore(endpoint.max_in_flight)
@@ -320,6 +321,10 @@ class Gate:
         if b.state is not BreakerState.HALF_OPEN:
             self.probing = False
             self.probe_sent = False
+
+
+def _horizon(ep: Endpoint) -> float:
+    return ep.timeout_ms / 1000 + 5.0
 
 
 def _wire_key(ep: Endpoint) -> tuple[object, ...]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ..bench import Runner
 from .fast import run_fast
+from .faults import run_faults
 from .many import run_many
 from .noisy import run_noisy
 from .slow200 import run_slow200
@@ -19,6 +20,7 @@ RUNNERS: dict[str, Runner] = {
     "noisy": run_noisy,
     "two": run_two,
     "wake": run_wake,
+    "faults": run_faults,
 }
 
 __all__ = ["RUNNERS"]
