@@ -1,0 +1,35 @@
+"""A smoke run of the `faults` benchmark scenario: every case runs to the end,
+nothing is lost, and the breaker never opens on scattered failures.
+
+Rates are not asserted (they are measured by `make bench`, not tested).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+from tests.conftest import REPO
+from tests.helpers import cli_env
+
+
+async def test_faults_smoke(server_url: str) -> None:
+    env = cli_env(server_url)
+    env.pop("DISPATCHER_ALLOW_PRIVATE_TARGETS")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "dispatcher", "bench", "faults", "--smoke", "--json",
+        env=env, cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 240)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    doc = json.loads(out)
+    assert doc["scenario"] == "faults" and not doc["problems"], doc["problems"]
+    cases = doc["cases"]
+    assert set(cases) == {"healthy", "30 % resets", "30 % 500s", "30 % hangs", "10 % cut bodies"}
+    for name, m in cases.items():
+        assert m["lost"] == 0 and m["dead"] == 0 and m["delivered"] == doc["events"], name
+        assert m["opened"] == 0, name
+        assert m["exit_codes"] == [0], name
+    # A 2xx whose body is cut short is a delivery, not a retry.
+    assert cases["10 % cut bodies"]["attempts_per_event"] == 1.0
