@@ -158,3 +158,42 @@ def status_totals(by_ep: dict[int, dict[str, int]]) -> dict[str, int]:
         for k, v in counts.items():
             out[k] = out.get(k, 0) + v
     return out
+
+
+FINISHED_SQL = "SELECT count(*) FROM webhook_queue WHERE status IN ('delivered', 'dead_letter')"
+OUTCOME_SQL = """
+SELECT count(*) FILTER (WHERE status = 'delivered') AS delivered,
+       count(*) FILTER (WHERE status = 'dead_letter') AS dead,
+       coalesce(sum(attempt_count), 0) AS attempts,
+       (SELECT count(*) FROM breaker_transitions WHERE to_state = 'open') AS opened
+FROM webhook_queue
+"""
+
+
+class Progress:
+    """One connection kept open while a worker runs: how far it got."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._conn: asyncpg.Connection | None = None
+
+    async def __aenter__(self) -> Progress:
+        self._conn = await asyncpg.connect(self._url, timeout=10)
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        if self._conn is not None:
+            await self._conn.close()
+
+    async def finished(self) -> int:
+        """Rows delivered or dead."""
+        assert self._conn is not None
+        n: int = await self._conn.fetchval(FINISHED_SQL)
+        return n
+
+    async def outcome(self) -> dict[str, int]:
+        """Delivered, dead, attempts spent, breaker openings."""
+        assert self._conn is not None
+        row = await self._conn.fetchrow(OUTCOME_SQL)
+        assert row is not None
+        return {k: int(row[k]) for k in ("delivered", "dead", "attempts", "opened")}

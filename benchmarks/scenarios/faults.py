@@ -14,9 +14,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import asyncpg
-
 from ..bench import Bench, EndpointDef, Options, run_argv, scenario
+from ..database import Progress
 from ..output import fmt_int, verdict
 from ..processes import dispatcher_argv
 
@@ -28,13 +27,6 @@ CASES: tuple[tuple[str, str | None, float], ...] = (
     ("10 % cut bodies", "cut", 0.1),
 )
 ENDPOINT = {"max_attempts": 50, "retry_base_ms": 10, "retry_cap_ms": 200}
-RESULT_SQL = """
-SELECT count(*) FILTER (WHERE status = 'delivered') AS delivered,
-       count(*) FILTER (WHERE status = 'dead_letter') AS dead,
-       coalesce(sum(attempt_count), 0) AS attempts,
-       (SELECT count(*) FROM breaker_transitions WHERE to_state = 'open') AS opened
-FROM webhook_queue
-"""
 
 
 async def _case(
@@ -45,14 +37,10 @@ async def _case(
     await bench.fresh_db()
     await bench.add_endpoints([ep])
     await bench.enqueue([(ep, events)])
-    conn = await asyncpg.connect(bench.bench_url, timeout=10)
-    try:
+    async with Progress(bench.bench_url) as progress:
 
         async def finished() -> bool:
-            done: int = await conn.fetchval(
-                "SELECT count(*) FROM webhook_queue WHERE status IN ('delivered', 'dead_letter')"
-            )
-            return done >= events
+            return await progress.finished() >= events
 
         runs, stopped_at, t0 = await bench.children.run_together(
             [dispatcher_argv(*run_argv(opts, mif, drain=False))],
@@ -63,14 +51,10 @@ async def _case(
             on_tick_every_s=0.1,
         )
         seconds = (stopped_at if stopped_at is not None else time.perf_counter()) - t0
-        row = await conn.fetchrow(RESULT_SQL)
-    finally:
-        await conn.close()
+        m: dict[str, Any] = await progress.outcome()
     await bench.drop_db()
     await rcv.close()
     bench.receivers.remove(rcv)
-    assert row is not None
-    m = {k: int(row[k]) for k in ("delivered", "dead", "attempts", "opened")}
     m["seconds"] = round(seconds, 2)
     m["per_s"] = round(m["delivered"] / seconds, 1) if seconds > 0 else None
     m["attempts_per_event"] = round(m["attempts"] / events, 2)
