@@ -20,7 +20,7 @@ from .cli_format import print_table, to_json
 from .cli_run import cmd_bench, cmd_demo, cmd_run, cmd_serve
 from .embedded import resolve_database_url
 from .errors import BadInput, DispatcherError
-from .inputs import SPEC_FIELDS, spec_from_fields
+from .inputs import SPEC_FIELDS, read_payload, spec_from_fields
 from .models import EndpointSpec
 from .settings import Settings
 
@@ -179,14 +179,16 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
         )
     if args.event_type is None or args.payload is None:
         raise BadInput("enqueue needs --event-type and --payload (or --file)")
-    # --payload is JSON text: kept byte for byte, unlike a parsed document.
+    # --payload is JSON text (or @FILE, or - for stdin): kept byte for byte,
+    # unlike a parsed document.
+    payload = read_payload(args.payload)
     return await _report(
         args,
         settings,
         lambda conn: service.enqueue(
             conn,
             args.event_type,
-            args.payload,
+            payload,
             args.event_id,
             args.endpoint,
             max_payload_bytes=limit,
@@ -305,11 +307,18 @@ def build_parser() -> argparse.ArgumentParser:
     cmd("health", cmd_endpoint_health, eps)
 
     enq = cmd("enqueue", cmd_enqueue, help="queue an event (or a JSONL file of them)")
-    enq.add_argument("--event-type")
-    enq.add_argument("--payload")
-    enq.add_argument("--event-id")
-    enq.add_argument("--endpoint", type=int)
-    enq.add_argument("--file")
+    enq.add_argument("--event-type", metavar="T", help="the event's type (picks subscribers)")
+    enq.add_argument(
+        "--payload",
+        metavar="JSON|@FILE|-",
+        help="the JSON body, sent byte for byte: inline, @FILE for a file's bytes, - for stdin",
+    )
+    enq.add_argument("--event-id", metavar="ID",
+                     help="idempotency key: the same id again queues nothing new")  # fmt: skip
+    enq.add_argument("--endpoint", type=int, metavar="ID", help="only this endpoint")
+    enq.add_argument(
+        "--file", metavar="EVENTS.jsonl", help="bulk: one event document per line (- for stdin)"
+    )
 
     run = cmd("run", cmd_run, help="the worker")
     run.add_argument("--drain", action="store_true")

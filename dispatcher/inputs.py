@@ -41,6 +41,22 @@ def payload_text(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> st
     return text
 
 
+def read_payload(arg: str) -> str | bytes:
+    """`--payload`'s value: JSON text as given, `@FILE` the file's bytes, `-`
+    standard input's bytes, each kept exactly (payload_text checks them).
+    Neither form can be JSON text itself, which never starts with @ or is -."""
+    if arg == "-":
+        return sys.stdin.buffer.read()
+    if arg.startswith("@"):
+        path = arg[1:]
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as exc:
+            raise BadInput(f"cannot read payload file {path}: {exc.strerror}") from None
+    return arg
+
+
 def _payload_text(payload: Any) -> str:
     if isinstance(payload, bytes | bytearray | memoryview):
         raw = bytes(payload)
