@@ -176,6 +176,24 @@ async def endpoint_update(request: web.Request) -> web.Response:
     return _json(doc)
 
 
+_FLAGS = {"true": True, "1": True, "false": False, "0": False}
+
+
+async def endpoint_delete(request: web.Request) -> web.Response:
+    """`?force=true` or a body `{"force": true}`: either one forces."""
+    eid = _id(request)
+    body = await _body(request, ("force",))
+    query = request.query.get("force")
+    if query is not None and query.lower() not in _FLAGS:
+        raise BadInput("force must be true or false")
+    force = body.get("force", False)
+    if not isinstance(force, bool):
+        raise BadInput("force must be true or false")
+    force = force or (query is not None and _FLAGS[query.lower()])
+    async with _conn(request) as conn:
+        return _json(await service.delete_endpoint(conn, eid, force))
+
+
 def _toggle(enabled: bool) -> Handler:
     async def handler(request: web.Request) -> web.Response:
         async with _conn(request) as conn:
@@ -301,6 +319,7 @@ def build_app(settings: Settings, pool: asyncpg.Pool, token: str,
     r.add_get("/v1/endpoints/health", endpoints_health)
     r.add_get(r"/v1/endpoints/{id:[0-9]+}", endpoint_get)
     r.add_patch(r"/v1/endpoints/{id:[0-9]+}", endpoint_update)
+    r.add_delete(r"/v1/endpoints/{id:[0-9]+}", endpoint_delete)
     r.add_post(r"/v1/endpoints/{id:[0-9]+}/disable", _toggle(False))
     r.add_post(r"/v1/endpoints/{id:[0-9]+}/enable", _toggle(True))
     r.add_post(r"/v1/endpoints/{id:[0-9]+}/rotate-secret", endpoint_rotate)

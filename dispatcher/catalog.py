@@ -16,7 +16,7 @@ import asyncpg
 import orjson
 
 from .db import Conn, Q, one_line
-from .errors import BadInput, UnknownEndpoint
+from .errors import BadInput, Conflict, UnknownEndpoint
 from .models import SETTING_NAMES, EndpointSpec
 from .rows import (
     AlertInputs,
@@ -169,6 +169,31 @@ async def rotate_secret(
         row = await conn.fetchrow(Q["rotate_secret"], endpoint_id, seal(box, new_secret))
         await conn.execute(Q["prune_secrets"])
     return _record(row, endpoint_id)
+
+
+async def delete_endpoint(
+    conn: Conn, endpoint_id: int, *, force: bool
+) -> tuple[EndpointRecord, int]:
+    """Soft-deletes an endpoint; returns it and how many queued deliveries
+    were dead-lettered. Without `force`, refuses (Conflict) while it has
+    pending, failed or in-flight rows. The endpoint row is locked until
+    commit: an enqueue that read it just before waits on its foreign-key
+    check and may still add a row after the delete; the worker never claims
+    a deleted endpoint's rows, so nothing more is sent."""
+    async with conn.transaction():
+        await get_endpoint(conn, endpoint_id, lock=True)
+        if force:
+            dead = len(await conn.fetch(Q["dead_letter_endpoint"], endpoint_id))
+        else:
+            live = await conn.fetchval(Q["live_delivery_count"], endpoint_id)
+            if live:
+                raise Conflict(
+                    f"endpoint {endpoint_id} has {live} queued deliveries (pending, failed or"
+                    " in flight): delete with force to dead-letter them first"
+                )
+            dead = 0
+        row = await conn.fetchrow(Q["delete_endpoint"], endpoint_id)
+    return _record(row, endpoint_id), dead
 
 
 # ---------------------------------------------------------------- events

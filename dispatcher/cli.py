@@ -153,6 +153,16 @@ def _toggle(enabled: bool) -> Handler:
     return handler
 
 
+async def cmd_endpoint_delete(args: argparse.Namespace, settings: Settings) -> int:
+    def human(doc: dict[str, Any]) -> None:
+        dead = f" ({doc['dead_lettered']} queued deliveries dead-lettered)" if args.force else ""
+        print(f"endpoint {doc['id']} deleted{dead}")
+
+    return await _report(
+        args, settings, lambda conn: service.delete_endpoint(conn, args.id, args.force), human
+    )
+
+
 HEALTH_COLUMNS = ["endpoint_id", "state", "consecutive_failures", "p50_ms", "p95_ms", "p99_ms",
                   "sample_count", "enabled", "url"]  # fmt: skip
 
@@ -305,6 +315,9 @@ def build_parser() -> argparse.ArgumentParser:
         t = cmd(name, _toggle(enabled), eps)
         t.add_argument("id", type=int)
     cmd("health", cmd_endpoint_health, eps)
+    rm = cmd("delete", cmd_endpoint_delete, eps)
+    rm.add_argument("id", type=int)
+    rm.add_argument("--force", action="store_true")
 
     enq = cmd("enqueue", cmd_enqueue, help="queue an event (or a JSONL file of them)")
     enq.add_argument("--event-type", metavar="T", help="the event's type (picks subscribers)")

@@ -2,7 +2,8 @@
 
     DispatcherError
     ├── BadInput          user-supplied data is wrong (CLI exit 2, HTTP 400)
-    │   └── UnknownEndpoint
+    │   ├── UnknownEndpoint   (HTTP 404)
+    │   └── Conflict          refused in the current state (HTTP 409)
     ├── TargetRefused     the SSRF guard refused a destination
     └── OperationalError  the database or the machine failed us (CLI exit 1)
 
@@ -24,6 +25,11 @@ class BadInput(DispatcherError):
 
 class UnknownEndpoint(BadInput):
     pass
+
+
+class Conflict(BadInput):
+    """The request is well-formed but the state refuses it (an endpoint
+    with queued deliveries cannot be deleted without force)."""
 
 
 class TargetRefused(DispatcherError):

@@ -79,6 +79,11 @@ OPENAPI: dict[str, Any] = {
                 },
                 "required": ["event_type", "payload"],
             },
+            "Deleted": {
+                "type": "object",
+                "properties": {"id": _INT, "url": _STR, "deleted": {"type": "boolean"},
+                               "dead_lettered": _INT},
+            },
             "Enqueued": {
                 "type": "object",
                 "properties": {"event_id": _STR, "deliveries": {"type": "array", "items": _INT}},
@@ -126,6 +131,18 @@ OPENAPI: dict[str, Any] = {
             "get": {"summary": "One endpoint", "responses": _ok(_ref("Endpoint"))},
             "patch": {"summary": "Update settings", "requestBody": _body(_ref("EndpointUpdate")),
                       "responses": _ok(_ref("Endpoint"))},
+            "delete": {
+                "summary": "Delete (no longer listed, gets nothing more; dead letters and history stay). "
+                           "Refused with 409 while it has pending, failed or in-flight deliveries, unless "
+                           "force (query or body), which first dead-letters them ('endpoint deleted')",
+                "parameters": [{"name": "force", "in": "query", "schema": {"type": "boolean"}}],
+                "requestBody": _body({"type": "object", "properties": {"force": {"type": "boolean"}},
+                                      "additionalProperties": False}, False),
+                "responses": {
+                    **_ok(_ref("Deleted")),
+                    "409": {"description": "Has queued deliveries", "content": {"application/json": {"schema": _ref("Error")}}},
+                },
+            },
         },
         "/v1/endpoints/{id}/disable": {"parameters": [_ID], "post": {
             "summary": "Stop deliveries (nothing queued is lost)", "responses": _ok(_ref("Endpoint"))}},

@@ -133,6 +133,7 @@ SELECT e.id, e.url, e.secret, e.event_types, e.rate_per_s, e.burst, e.max_in_fli
        greatest(0, extract(epoch FROM h.paused_until - now()))::float8 AS paused_for_s,
        extract(epoch FROM now())::float8 AS db_now
 FROM endpoints e LEFT JOIN endpoint_health h ON h.endpoint_id = e.id
+WHERE e.deleted_at IS NULL
 ORDER BY e.id;
 
 -- name: insert_endpoint
@@ -143,22 +144,22 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb)
 RETURNING *;
 
 -- name: list_endpoints
-SELECT * FROM endpoints ORDER BY id;
+SELECT * FROM endpoints WHERE deleted_at IS NULL ORDER BY id;
 
 -- name: get_endpoint
-SELECT * FROM endpoints WHERE id = $1;
+SELECT * FROM endpoints WHERE id = $1 AND deleted_at IS NULL;
 
 -- name: lock_endpoint
-SELECT * FROM endpoints WHERE id = $1 FOR UPDATE;
+SELECT * FROM endpoints WHERE id = $1 AND deleted_at IS NULL FOR UPDATE;
 
 -- name: set_enabled
 UPDATE endpoints
 SET enabled = $2, disabled_reason = CASE WHEN $2 THEN NULL ELSE $3 END, updated_at = now()
-WHERE id = $1
+WHERE id = $1 AND deleted_at IS NULL
 RETURNING *;
 
 -- name: lock_secret
-SELECT secret FROM endpoints WHERE id = $1 FOR UPDATE;
+SELECT secret FROM endpoints WHERE id = $1 AND deleted_at IS NULL FOR UPDATE;
 
 -- name: keep_secret
 -- The rotated-out secret keeps signing alongside the new one until expires_at.
@@ -174,7 +175,7 @@ RETURNING *;
 DELETE FROM endpoint_secrets WHERE expires_at <= now();
 
 -- name: endpoint_ids
-SELECT id FROM endpoints WHERE id = ANY($1::bigint[]);
+SELECT id FROM endpoints WHERE id = ANY($1::bigint[]) AND deleted_at IS NULL;
 
 -- name: stage_events
 CREATE TEMP TABLE dispatcher_stage (
@@ -189,7 +190,7 @@ WITH ins AS (
     INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload, max_attempts)
     SELECT e.id, s.event_id, s.event_type, s.payload::json, e.max_attempts
     FROM dispatcher_stage s
-    JOIN endpoints e ON CASE WHEN s.endpoint_id IS NULL
+    JOIN endpoints e ON e.deleted_at IS NULL AND CASE WHEN s.endpoint_id IS NULL
         THEN e.enabled AND (e.event_types @> ARRAY[s.event_type] OR e.event_types @> '{*}')
         ELSE e.id = s.endpoint_id END
     ON CONFLICT (endpoint_id, event_id) DO NOTHING
@@ -260,6 +261,7 @@ SELECT e.id AS endpoint_id, e.url, e.enabled, h.state, h.consecutive_failures,
        h.p50_ms, h.p95_ms, h.p99_ms, h.sample_count, h.last_failure_at, h.last_success_at,
        e.max_in_flight, e.rate_per_s, e.burst
 FROM endpoints e JOIN endpoint_health h ON h.endpoint_id = e.id
+WHERE e.deleted_at IS NULL
 ORDER BY e.id;
 
 -- name: dead_letters_by_endpoint
@@ -281,6 +283,8 @@ ORDER BY endpoint_id;
 UPDATE webhook_queue
 SET status = 'pending', attempt_count = 0, next_attempt_at = now(), updated_at = now()
 WHERE id = ANY($1::bigint[]) AND status = 'dead_letter'
+  -- A deleted endpoint's dead letters stay dead: nothing would send them.
+  AND endpoint_id IN (SELECT id FROM endpoints WHERE deleted_at IS NULL)
 RETURNING id;
 
 -- name: replay_endpoint
@@ -425,3 +429,21 @@ SELECT status, count(*) AS n FROM webhook_queue GROUP BY status;
 -- name: breaker_transitions
 SELECT endpoint_id, from_state, to_state, cooldown_seconds, at
 FROM breaker_transitions ORDER BY at OFFSET $1;
+
+-- name: live_delivery_count
+SELECT count(*) FROM webhook_queue
+WHERE endpoint_id = $1 AND status IN ('pending', 'failed', 'in_flight');
+
+-- name: dead_letter_endpoint
+-- Deleting an endpoint with --force: what it still had queued dies, with
+-- the reason, before the endpoint goes.
+UPDATE webhook_queue
+SET status = 'dead_letter', last_error = 'endpoint deleted', locked_by = NULL, updated_at = now()
+WHERE endpoint_id = $1 AND status IN ('pending', 'failed', 'in_flight')
+RETURNING id;
+
+-- name: delete_endpoint
+UPDATE endpoints
+SET deleted_at = now(), enabled = false, disabled_reason = 'deleted', updated_at = now()
+WHERE id = $1 AND deleted_at IS NULL
+RETURNING *;

@@ -175,6 +175,18 @@ async def get_endpoint(conn: Conn, endpoint_id: int) -> dict[str, Any]:
     return endpoint_public(await catalog.get_endpoint(conn, endpoint_id))
 
 
+async def delete_endpoint(conn: Conn, endpoint_id: int, force: bool = False) -> dict[str, Any]:
+    """Deletes an endpoint: it is no longer listed and gets nothing more; its
+    dead letters and history stay. Refused (Conflict) while it has pending,
+    failed or in-flight deliveries, unless `force`, which first moves them
+    to dead_letter with last_error `endpoint deleted`."""
+    check_id(endpoint_id, "id")
+    if not isinstance(force, bool):
+        raise BadInput("force must be true or false")
+    record, dead = await catalog.delete_endpoint(conn, endpoint_id, force=force)
+    return {"id": record.id, "url": record.url, "deleted": True, "dead_lettered": dead}
+
+
 # ---------------------------------------------------------------- events
 
 

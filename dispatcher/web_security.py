@@ -24,7 +24,7 @@ from aiohttp.web_request import BaseRequest
 
 from . import db, log
 from .cli_format import to_json
-from .errors import BadInput, DispatcherError, TargetRefused, UnknownEndpoint
+from .errors import BadInput, Conflict, DispatcherError, TargetRefused, UnknownEndpoint
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -170,6 +170,8 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         return response
     except UnknownEndpoint as exc:
         return json_error(404, str(exc))
+    except Conflict as exc:
+        return json_error(409, str(exc))
     except (BadInput, TargetRefused) as exc:
         return json_error(400, str(exc))
     except asyncpg.DataError as exc:

@@ -11,6 +11,7 @@ from pathlib import Path
 import asyncpg
 
 from tests.helpers import cli, cli_env
+from tests.receivers import Receiver
 
 
 def _one_line_error(code: int, err: str, expected_code: int = 2) -> None:
@@ -72,3 +73,81 @@ async def test_payload_file_errors_are_one_line(db_url: str, tmp_path: Path) -> 
     _one_line_error(code, err)
     code, _, err = await _cli_stdin(db_url, b"", "enqueue", "--event-type", "t", "--payload", "-")
     _one_line_error(code, err)
+
+
+async def test_endpoint_delete(db_url: str, receiver: Receiver, conn: asyncpg.Connection) -> None:
+    _, out, _ = await cli(db_url, "endpoint", "add", "--url", receiver.url("/gone"), "--json")
+    gone = json.loads(out)
+    _, out, _ = await cli(db_url, "endpoint", "add", "--url", receiver.url("/kept"), "--json")
+    kept = json.loads(out)
+    for i in range(3):
+        await cli(db_url, "enqueue", "--event-type", "t", "--payload", "{}", "--event-id", f"e{i}")
+    await conn.execute(
+        "UPDATE webhook_queue SET status = 'failed', attempt_count = 1 WHERE event_id = 'e1'"
+    )
+
+    code, _, err = await cli(db_url, "endpoint", "delete", str(gone["id"]))
+    _one_line_error(code, err)
+    assert "force" in err
+    assert await conn.fetchval("SELECT deleted_at FROM endpoints WHERE id = $1", gone["id"]) is None
+
+    code, out, err = await cli(db_url, "endpoint", "delete", str(gone["id"]), "--force", "--json")
+    assert code == 0, err
+    assert json.loads(out) == {"id": gone["id"], "url": gone["url"], "deleted": True,
+                               "dead_lettered": 3}  # fmt: skip
+    rows = await conn.fetch(
+        "SELECT status, last_error FROM webhook_queue WHERE endpoint_id = $1", gone["id"]
+    )
+    assert [(r["status"], r["last_error"]) for r in rows] == [
+        ("dead_letter", "endpoint deleted")
+    ] * 3
+
+    _, out, _ = await cli(db_url, "endpoint", "list", "--json")
+    assert [e["id"] for e in json.loads(out)] == [kept["id"]]
+    _, out, _ = await cli(db_url, "endpoint", "health", "--json")
+    assert [e["endpoint_id"] for e in json.loads(out)] == [kept["id"]]
+
+    # Gets nothing more: not by fan-out (CLI, SQL, bulk), not by target, not by replay.
+    _, out, _ = await cli(db_url, "enqueue", "--event-type", "t", "--payload", "{}", "--json")
+    assert len(json.loads(out)["deliveries"]) == 1
+    ids = await conn.fetchval("SELECT dispatcher_enqueue('t', '{}', 'sql-1')")
+    assert len(ids) == 1
+    code, _, err = await cli(db_url, "enqueue", "--event-type", "t", "--payload", "{}",
+                             "--endpoint", str(gone["id"]))  # fmt: skip
+    _one_line_error(code, err)
+    code, _, err = await cli(db_url, "dlq", "replay", "--endpoint", str(gone["id"]))
+    _one_line_error(code, err)
+    dead = [r["id"] for r in await conn.fetch(
+        "SELECT id FROM webhook_queue WHERE endpoint_id = $1", gone["id"])]  # fmt: skip
+    _, out, _ = await cli(db_url, "dlq", "replay", "--id", *map(str, dead), "--json")
+    assert json.loads(out) == {"requeued": 0}
+    for args in (["disable"], ["enable"], ["rotate-secret"], ["delete"], ["delete", "--force"]):
+        code, _, err = await cli(db_url, "endpoint", args[0], str(gone["id"]), *args[1:])
+        _one_line_error(code, err)
+
+    # A row that slipped in (an enqueue racing the delete) is never sent.
+    await conn.execute(
+        "INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload)"
+        " VALUES ($1, 'late', 't', '{}')",
+        gone["id"],
+    )
+    code, _, err = await cli(db_url, "run", "--drain")
+    assert code == 0, err
+    assert [r.path for r in receiver.received] == ["/kept", "/kept", "/kept", "/kept", "/kept"]
+    assert (
+        await conn.fetchval(
+            "SELECT count(*) FROM webhook_queue WHERE endpoint_id = $1 AND status = 'dead_letter'",
+            gone["id"],
+        )
+        == 3
+    )
+
+
+async def test_endpoint_delete_without_queued_rows(db_url: str) -> None:
+    _, out, _ = await cli(db_url, "endpoint", "add", "--url", "https://example.com/h", "--json")
+    ep = json.loads(out)
+    code, out, err = await cli(db_url, "endpoint", "delete", str(ep["id"]))
+    assert code == 0, err
+    assert out.strip() == f"endpoint {ep['id']} deleted"
+    _, out, _ = await cli(db_url, "endpoint", "list", "--json")
+    assert json.loads(out) == []

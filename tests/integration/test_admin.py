@@ -38,6 +38,7 @@ PROTECTED = [
     ("POST", "/v1/endpoints"),
     ("GET", "/v1/endpoints/1"),
     ("PATCH", "/v1/endpoints/1"),
+    ("DELETE", "/v1/endpoints/1"),
     ("POST", "/v1/endpoints/1/disable"),
     ("POST", "/v1/endpoints/1/enable"),
     ("POST", "/v1/endpoints/1/rotate-secret"),
