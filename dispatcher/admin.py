@@ -314,6 +314,7 @@ def build_app(settings: Settings, pool: asyncpg.Pool, token: str,
     r.add_get("/metrics", metrics)
     admin_pages.add_routes(r)
     r.add_get("/v1/openapi.json", openapi)
+    r.add_get("/openapi.json", openapi)  # where tools look first; same document, same auth
     r.add_get("/v1/endpoints", endpoints_list)
     r.add_post("/v1/endpoints", endpoints_create)
     r.add_get("/v1/endpoints/health", endpoints_health)

@@ -1,4 +1,4 @@
-"""The OpenAPI 3.0 document served at /v1/openapi.json."""
+"""The OpenAPI 3.0 document served at /v1/openapi.json and /openapi.json."""
 
 # ruff: noqa: E501
 # fmt: off
@@ -182,5 +182,6 @@ OPENAPI: dict[str, Any] = {
             "responses": _ok({"type": "object"})}},
         "/v1/alerts": {"get": {"summary": "The three alert conditions", "responses": _ok({"type": "object"})}},
         "/v1/openapi.json": {"get": {"summary": "This document", "responses": _ok({"type": "object"})}},
+        "/openapi.json": {"get": {"summary": "This document (also at /v1/openapi.json)", "responses": _ok({"type": "object"})}},
     },
 }

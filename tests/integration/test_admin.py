@@ -34,6 +34,7 @@ PROTECTED = [
     ("GET", "/metrics"),
     ("GET", "/"),
     ("GET", "/v1/openapi.json"),
+    ("GET", "/openapi.json"),
     ("GET", "/v1/endpoints"),
     ("POST", "/v1/endpoints"),
     ("GET", "/v1/endpoints/1"),

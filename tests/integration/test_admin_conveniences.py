@@ -71,3 +71,16 @@ async def test_delete_endpoint(api: aiohttp.ClientSession, conn: asyncpg.Connect
         assert {d["endpoint_id"] for d in await r.json()} == {a, b}
     async with s.post("/v1/events", json={"event_type": "t", "payload": {}}) as r:
         assert len((await r.json())["deliveries"]) == 1
+
+
+async def test_openapi_also_at_the_root(api: aiohttp.ClientSession) -> None:
+    async with api.get("/openapi.json") as r:
+        assert r.status == 200
+        root = await r.json()
+    async with api.get("/v1/openapi.json") as r:
+        assert await r.json() == root
+    assert root["openapi"].startswith("3.")
+    assert "delete" in root["paths"]["/v1/endpoints/{id}"]
+    async with aiohttp.ClientSession() as anon:
+        async with anon.get(str(api._base_url).rstrip("/") + "/openapi.json") as r:
+            assert r.status == 401
