@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 import asyncpg
 
 from . import __version__, db, reports, service
+from .cli_db import cmd_db_status, cmd_db_stop, cmd_db_url
 from .cli_format import print_table, to_json
 from .cli_run import cmd_bench, cmd_demo, cmd_run, cmd_serve
 from .embedded import resolve_database_url
@@ -366,6 +367,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"at most this many per call (default: {service.DEFAULT_REPLAY_LIMIT})",
     )
+
+    dbp = sub.add_parser("db", help="the embedded PostgreSQL (used when DATABASE_URL is unset)")
+    dbs = dbp.add_subparsers(dest="db_command", required=True, parser_class=_Parser)
+    cmd("status", cmd_db_status, dbs, help="embedded or not, running or not, its URL and data")
+    cmd("url", cmd_db_url, dbs, help="the URL to connect with (starts the embedded server)")
+    cmd("stop", cmd_db_stop, dbs, help="stop the embedded server (nothing to do with DATABASE_URL)")
 
     demo = cmd("demo", cmd_demo, help="see it work on local receivers")
     demo.add_argument("--events", type=int, default=300)
