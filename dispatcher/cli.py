@@ -18,6 +18,7 @@ import asyncpg
 from . import __version__, db, reports, service
 from .cli_db import cmd_db_status, cmd_db_stop, cmd_db_url
 from .cli_format import print_table, to_json
+from .cli_help import ENDPOINT_FLAGS, OVERVIEW
 from .cli_run import cmd_bench, cmd_demo, cmd_run, cmd_serve
 from .embedded import resolve_database_url
 from .errors import BadInput, DispatcherError
@@ -275,50 +276,72 @@ async def cmd_alerts(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="dispatcher", description="Webhook and postback delivery on PostgreSQL.")
+    p = _Parser(
+        prog="dispatcher",
+        description="Webhook and postback delivery on PostgreSQL.",
+        epilog=OVERVIEW,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=f"dispatcher {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser,
+                           title="commands", metavar="COMMAND")  # fmt: skip
 
     def cmd(name: str, handler: Handler, parent: Any = sub, **kw: Any) -> argparse.ArgumentParser:
+        kw.setdefault("description", kw.get("help"))
         sp: argparse.ArgumentParser = parent.add_parser(name, **kw)
         sp.set_defaults(handler=handler)
         sp.add_argument("--json", action="store_true", help="print one JSON document")
         return sp
 
-    cmd("migrate", cmd_migrate, help="apply schema migrations")
+    def group(name: str, help: str) -> Any:
+        g = sub.add_parser(name, help=help, description=help)
+        return g.add_subparsers(dest=f"{name}_command", required=True, parser_class=_Parser,
+                                title="commands", metavar="COMMAND")  # fmt: skip
 
-    ep = sub.add_parser("endpoint", help="manage endpoints")
-    eps = ep.add_subparsers(dest="endpoint_command", required=True, parser_class=_Parser)
-    add = cmd("add", cmd_endpoint_add, eps)
-    add.add_argument("--url", required=True)
-    add.add_argument("--secret")
-    add.add_argument("--event-type", action="extend", nargs="+")
-    # No defaults here: unset settings take EndpointSettings' defaults.
-    for flag, kind in (("--rate-per-s", float), ("--burst", int), ("--max-in-flight", int),
-                       ("--timeout-ms", int), ("--max-attempts", int), ("--retry-base-ms", int),
-                       ("--retry-cap-ms", int), ("--failure-threshold", int),
-                       ("--cooldown-s", float)):  # fmt: skip
-        add.add_argument(flag, type=kind, default=None)
-    add.add_argument("--header", action="append", metavar="'NAME: VALUE'")
+    def endpoint_id(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("id", type=int, help="the endpoint's id")
+
+    cmd("migrate", cmd_migrate, help="apply schema migrations (idempotent, safe in parallel)")
+
+    eps = group("endpoint", "manage endpoints: add, list, delete, secrets, health")
+    add = cmd("add", cmd_endpoint_add, eps, help="create an endpoint (prints its secret once)")
+    add.add_argument("--url", required=True, help="where deliveries are POSTed")
+    add.add_argument("--secret", help="whsec_… or whsk_… (default: a new one is generated)")
+    add.add_argument("--event-type", action="extend", nargs="+", metavar="T",
+                     help="subscribe to these types (default: every type)")  # fmt: skip
+    for flag, kind, text in ENDPOINT_FLAGS:
+        add.add_argument(flag, type=kind, default=None, help=text)
+    add.add_argument("--header", action="append", metavar="'NAME: VALUE'",
+                     help="an extra request header (repeatable)")  # fmt: skip
     add.add_argument(
         "--signature",
         choices=("v1", "v1a"),
         default=None,
         help="v1: HMAC-SHA256 (whsec_); v1a: ed25519 (whsk_; receivers verify with whpk_)",
     )
-    cmd("list", cmd_endpoint_list, eps)
-    rot = cmd("rotate-secret", cmd_endpoint_rotate, eps)
-    rot.add_argument("id", type=int)
+    cmd("list", cmd_endpoint_list, eps, help="all endpoints with their settings")
+    rot = cmd("rotate-secret", cmd_endpoint_rotate, eps,
+              help="new secret; the old one keeps signing for a grace period")  # fmt: skip
+    endpoint_id(rot)
     rot.add_argument(
-        "--grace-s", type=float, default=None, help=f"default: {service.DEFAULT_GRACE_S:g}"
+        "--grace-s",
+        type=float,
+        default=None,
+        help=f"seconds the old secret keeps signing (default: {service.DEFAULT_GRACE_S:g})",
     )
-    for name, enabled in (("disable", False), ("enable", True)):
-        t = cmd(name, _toggle(enabled), eps)
-        t.add_argument("id", type=int)
-    cmd("health", cmd_endpoint_health, eps)
-    rm = cmd("delete", cmd_endpoint_delete, eps)
-    rm.add_argument("id", type=int)
-    rm.add_argument("--force", action="store_true")
+    for name, enabled, text in (("disable", False, "stop deliveries to it; nothing queued is lost"),
+                                ("enable", True, "resume deliveries to it")):  # fmt: skip
+        endpoint_id(cmd(name, _toggle(enabled), eps, help=text))
+    cmd("health", cmd_endpoint_health, eps,
+        help="per endpoint: breaker state, consecutive failures, p50/p95/p99")  # fmt: skip
+    rm = cmd("delete", cmd_endpoint_delete, eps,
+             help="delete it (refused while it has queued deliveries, unless --force)")  # fmt: skip
+    endpoint_id(rm)
+    rm.add_argument(
+        "--force",
+        action="store_true",
+        help="dead-letter its queued deliveries first ('endpoint deleted')",
+    )
 
     enq = cmd("enqueue", cmd_enqueue, help="queue an event (or a JSONL file of them)")
     enq.add_argument("--event-type", metavar="T", help="the event's type (picks subscribers)")
@@ -334,33 +357,47 @@ def build_parser() -> argparse.ArgumentParser:
         "--file", metavar="EVENTS.jsonl", help="bulk: one event document per line (- for stdin)"
     )
 
-    run = cmd("run", cmd_run, help="the worker")
-    run.add_argument("--drain", action="store_true")
-    run.add_argument("--max-in-flight", type=int)
-    run.add_argument("--batch-size", type=int)
-    run.add_argument("--http", metavar="HOST:PORT")
-
-    serve = cmd("serve", cmd_serve, help="the admin API alone")
-    serve.add_argument("--http", metavar="HOST:PORT", required=True)
-
-    cmd("alerts", cmd_alerts)
-    cmd("health", cmd_health)
-    slow = cmd("slow", cmd_slow)
-    slow.add_argument(
-        "--p95-ms", type=float, default=None, help=f"default: {reports.DEFAULT_P95_MS:g}"
+    run = cmd("run", cmd_run, help="the worker: deliver what is due until stopped")
+    run.add_argument(
+        "--drain",
+        action="store_true",
+        help="exit 0 once nothing is due and sendable and nothing is in flight",
     )
+    run.add_argument("--max-in-flight", type=int, metavar="N",
+                     help="requests in flight in this process (default: 1000)")  # fmt: skip
+    run.add_argument("--batch-size", type=int, metavar="N",
+                     help="rows claimed per statement (default: 500)")  # fmt: skip
+    run.add_argument("--http", metavar="HOST:PORT", help="also serve the admin API here")
 
-    dlq = sub.add_parser("dlq", help="dead letters")
-    dlqs = dlq.add_subparsers(dest="dlq_command", required=True, parser_class=_Parser)
-    an = cmd("analyze", cmd_dlq_analyze, dlqs)
+    serve = cmd("serve", cmd_serve, help="the admin API alone, delivering nothing")
+    serve.add_argument("--http", metavar="HOST:PORT", required=True,
+                       help="where to listen (e.g. 127.0.0.1:8080)")  # fmt: skip
+
+    cmd("alerts", cmd_alerts, help="the three alert conditions, each with its value")
+    cmd("health", cmd_health, help="the one-row pipeline summary")
+    slow = cmd("slow", cmd_slow, help="endpoints whose rolling p95 is over a threshold")
+    slow.add_argument("--p95-ms", type=float, default=None,
+                      help=f"the threshold (default: {reports.DEFAULT_P95_MS:g})")  # fmt: skip
+
+    dlqs = group("dlq", "dead letters: analyze, replay")
+    an = cmd(
+        "analyze",
+        cmd_dlq_analyze,
+        dlqs,
+        help="per endpoint: count, primary error and status, pattern, suggested action",
+    )
     an.add_argument(
-        "--hours", type=float, default=None, help=f"default: {reports.DEFAULT_DLQ_HOURS:g}"
+        "--hours",
+        type=float,
+        default=None,
+        help=f"look back this far (default: {reports.DEFAULT_DLQ_HOURS:g})",
     )
-    rp = cmd("replay", cmd_dlq_replay, dlqs)
-    rp.add_argument("--id", type=int, action="extend", nargs="+")
-    rp.add_argument("--endpoint", type=int)
-    rp.add_argument("--since")
-    rp.add_argument("--until")
+    rp = cmd("replay", cmd_dlq_replay, dlqs,
+             help="move dead letters back to pending with a fresh attempt budget")  # fmt: skip
+    rp.add_argument("--id", type=int, action="extend", nargs="+", help="these dead letters")
+    rp.add_argument("--endpoint", type=int, metavar="ID", help="or this endpoint's")
+    rp.add_argument("--since", metavar="ISO-TIME", help="with --endpoint: those dead since")
+    rp.add_argument("--until", metavar="ISO-TIME", help="with --endpoint: those dead before")
     rp.add_argument(
         "--limit",
         type=int,
@@ -368,14 +405,13 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"at most this many per call (default: {service.DEFAULT_REPLAY_LIMIT})",
     )
 
-    dbp = sub.add_parser("db", help="the embedded PostgreSQL (used when DATABASE_URL is unset)")
-    dbs = dbp.add_subparsers(dest="db_command", required=True, parser_class=_Parser)
+    dbs = group("db", "the embedded PostgreSQL (used when DATABASE_URL is unset)")
     cmd("status", cmd_db_status, dbs, help="embedded or not, running or not, its URL and data")
     cmd("url", cmd_db_url, dbs, help="the URL to connect with (starts the embedded server)")
     cmd("stop", cmd_db_stop, dbs, help="stop the embedded server (nothing to do with DATABASE_URL)")
 
     demo = cmd("demo", cmd_demo, help="see it work on local receivers")
-    demo.add_argument("--events", type=int, default=300)
+    demo.add_argument("--events", type=int, default=300, help="how many events (default: 300)")
     demo.add_argument("--database", default="dispatcher_demo",
                       help="the database the demo (re)creates on the server")  # fmt: skip
     demo.add_argument(
@@ -387,8 +423,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--linger-s", type=float, default=0.0,
                       help="keep the dashboard up this long after the story")  # fmt: skip
 
-    bench = cmd("bench", cmd_bench, help="the benchmark harness", add_help=False)
-    bench.add_argument("bench_args", nargs=argparse.REMAINDER)
+    bench = cmd(
+        "bench",
+        cmd_bench,
+        add_help=False,
+        help="the benchmark harness (`dispatcher bench --help` for its own flags)",
+    )
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="the harness's arguments")
     return p
 
 
