@@ -347,9 +347,12 @@ SELECT
     (SELECT count(*) FROM webhook_queue WHERE status = 'dead_letter') AS dead_letter,
     (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM webhook_queue
       WHERE status IN ('pending', 'failed', 'in_flight')) AS oldest_pending_s,
-    (SELECT count(*) FROM endpoint_health WHERE state = 'closed') AS closed,
-    (SELECT count(*) FROM endpoint_health WHERE state = 'open') AS open,
-    (SELECT count(*) FROM endpoint_health WHERE state = 'half_open') AS half_open;
+    (SELECT count(*) FILTER (WHERE h.state = 'closed') FROM endpoint_health h
+      JOIN endpoints e ON e.id = h.endpoint_id AND e.deleted_at IS NULL) AS closed,
+    (SELECT count(*) FILTER (WHERE h.state = 'open') FROM endpoint_health h
+      JOIN endpoints e ON e.id = h.endpoint_id AND e.deleted_at IS NULL) AS open,
+    (SELECT count(*) FILTER (WHERE h.state = 'half_open') FROM endpoint_health h
+      JOIN endpoints e ON e.id = h.endpoint_id AND e.deleted_at IS NULL) AS half_open;
 
 -- name: dead_letters_list
 SELECT id, endpoint_id, event_id, event_type, attempt_count, created_at, updated_at AS dead_at,

@@ -71,6 +71,8 @@ async def test_delete_endpoint(api: aiohttp.ClientSession, conn: asyncpg.Connect
         assert {d["endpoint_id"] for d in await r.json()} == {a, b}
     async with s.post("/v1/events", json={"event_type": "t", "payload": {}}) as r:
         assert len((await r.json())["deliveries"]) == 1
+    async with s.get("/metrics") as r:  # only live endpoints have breakers
+        assert 'dispatcher_breakers{state="closed"} 1.0' in await r.text()
 
 
 async def test_openapi_also_at_the_root(api: aiohttp.ClientSession) -> None:
