@@ -4,9 +4,12 @@ outage, receivers that reset, hang or cut their answers short."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+import shutil
 import signal
 import sys
+import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -278,13 +281,19 @@ def private_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A PostgreSQL of this test's own (pgserver's binaries), so it can be
     restarted without touching the server the other tests use."""
     pgserver = pytest.importorskip("pgserver")
-    import tempfile
+    from pgserver._commands import pg_ctl
 
-    server = pgserver.get_server(
-        tempfile.mkdtemp(prefix="dispatcher-restart-"), cleanup_mode="stop"
-    )
-    yield server
-    server.cleanup()
+    data = tempfile.mkdtemp(prefix="dispatcher-restart-")
+    server = pgserver.get_server(data, cleanup_mode=None)
+    try:
+        yield server
+    finally:
+        # pgserver's own cleanup tracks the postmaster it started, which a
+        # restart replaced: stop whatever runs on the data folder now.
+        with contextlib.suppress(Exception):
+            pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=server.pgdata,
+                   user=server.system_user, timeout=30)  # fmt: skip
+        shutil.rmtree(data, ignore_errors=True)
 
 
 async def test_postgresql_restarted_mid_run(private_server: Any, receiver: Receiver) -> None:
