@@ -87,6 +87,22 @@ def unseal_headers(box: SecretBox | None, headers: Headers) -> Headers:
     return tuple((name, unseal(box, value)) for name, value in headers)
 
 
+def _settings_args(spec: EndpointSpec) -> tuple[object, ...]:
+    """The settings columns of insert_endpoint and update_endpoint, in order."""
+    return (
+        list(spec.event_types),
+        spec.rate_per_s,
+        spec.burst,
+        spec.max_in_flight,
+        spec.timeout_ms,
+        spec.max_attempts,
+        spec.retry_base_ms,
+        spec.retry_cap_ms,
+        spec.failure_threshold,
+        spec.cooldown_s,
+    )
+
+
 def _headers_json(headers: Headers) -> str:
     return orjson.dumps(dict(headers)).decode()
 
@@ -98,16 +114,7 @@ async def add_endpoint(
         Q["insert_endpoint"],
         spec.url,
         seal(box, secret),
-        list(spec.event_types),
-        spec.rate_per_s,
-        spec.burst,
-        spec.max_in_flight,
-        spec.timeout_ms,
-        spec.max_attempts,
-        spec.retry_base_ms,
-        spec.retry_cap_ms,
-        spec.failure_threshold,
-        spec.cooldown_s,
+        *_settings_args(spec),
         _headers_json(seal_headers(box, spec.headers)),
     )
     return _record(row)
@@ -122,16 +129,7 @@ async def update_endpoint(
         Q["update_endpoint"],
         endpoint_id,
         spec.url,
-        list(spec.event_types),
-        spec.rate_per_s,
-        spec.burst,
-        spec.max_in_flight,
-        spec.timeout_ms,
-        spec.max_attempts,
-        spec.retry_base_ms,
-        spec.retry_cap_ms,
-        spec.failure_threshold,
-        spec.cooldown_s,
+        *_settings_args(spec),
         _headers_json(stored_headers),
     )
     return _record(row, endpoint_id)

@@ -386,17 +386,23 @@ class Gates:
         """The endpoint's wire (rebuilt only when what it is built from
         changed) or, when it cannot be built, None and why. Said once per change."""
         ep = state.endpoint
-        broken = state.broken
-        wire = None if gate is None or broken is not None else gate.wire
-        if broken is None and (wire is None or _wire_key(gate.endpoint) != _wire_key(ep)):  # type: ignore[union-attr]
-            try:
-                # The checks endpoint add makes: a row written some other way
-                # gets them here, before anything is sent.
-                validate_url(ep.url)
-                validate_headers(ep.headers)
-                wire = self._wire(ep)
-            except Exception as exc:
-                broken, wire = f"{type(exc).__name__}: {exc}"[:200], None
+        broken, wire = state.broken, None
+        if broken is None:
+            if (
+                gate is not None
+                and gate.wire is not None
+                and (_wire_key(gate.endpoint) == _wire_key(ep))
+            ):
+                wire = gate.wire
+            else:
+                try:
+                    # The checks endpoint add makes: a row written some other
+                    # way gets them here, before anything is sent.
+                    validate_url(ep.url)
+                    validate_headers(ep.headers)
+                    wire = self._wire(ep)
+                except Exception as exc:
+                    broken = f"{type(exc).__name__}: {exc}"[:200]
         if broken != (gate.broken if gate is not None else None):
             if broken is None:
                 log.event("endpoint_usable", endpoint_id=ep.id)

@@ -145,8 +145,10 @@ class Recorder:
         t0 = time.perf_counter()
         written: dict[int, Breaker] = {}
         async with acquire(self._pool) as conn, conn.transaction():
-            lags = await store.record_outcomes(conn, batch, self.worker) if batch else []
-            self.stats.statements += 1
+            lags: list[float] = []
+            if batch:
+                lags = await store.record_outcomes(conn, batch, self.worker)
+                self.stats.statements += 1
             if touched:
                 written = await self._write_breakers(conn, touched, results)
             if gone:

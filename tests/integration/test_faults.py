@@ -59,6 +59,23 @@ async def _deliver_all(conn: asyncpg.Connection, db_url: str, n: int) -> Engine:
     return e
 
 
+async def _worker(url: str) -> asyncio.subprocess.Process:
+    """`dispatcher run` as a container runs it, its log on a pipe."""
+    env = cli_env(url, DISPATCHER_LEASE_MARGIN_S="1", DISPATCHER_POLL_INTERVAL_S="0.2")
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "dispatcher", "run", "--max-in-flight", "100",
+        env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+
+
+async def _arrived(receiver: Receiver, n: int, timeout: float = 30.0) -> None:
+    async def wait() -> None:
+        while len(receiver.received) < n:
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(wait(), timeout)
+
+
 async def _kill_backends(conn: asyncpg.Connection) -> int:
     killed: int = await conn.fetchval(
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
@@ -105,18 +122,9 @@ async def test_database_outage_mid_run_then_sigterm(
     await add_endpoint(conn, receiver.url("/r"), max_in_flight=100, timeout_ms=5000)
     await _bulk(conn, N)
     proxy = await PgProxy(db_url).start()
-    env = cli_env(proxy.url, DISPATCHER_LEASE_MARGIN_S="1", DISPATCHER_POLL_INTERVAL_S="0.2")
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "dispatcher", "run", "--max-in-flight", "100",
-        env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    proc = await _worker(proxy.url)
     try:
-
-        async def some() -> None:
-            while len(receiver.received) < 300:
-                await asyncio.sleep(0.02)
-
-        await asyncio.wait_for(some(), 30)
+        await _arrived(receiver, 300)
         outage = asyncio.create_task(proxy.outage(12.0))
         await asyncio.sleep(11.0)
         # Seen from the database during the outage: a worker gone silent,
@@ -309,18 +317,9 @@ async def test_postgresql_restarted_mid_run(private_server: Any, receiver: Recei
         await _bulk(conn, N)
     finally:
         await conn.close()
-    env = cli_env(url, DISPATCHER_LEASE_MARGIN_S="1", DISPATCHER_POLL_INTERVAL_S="0.2")
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "dispatcher", "run", "--max-in-flight", "100",
-        env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    proc = await _worker(url)
     try:
-
-        async def some() -> None:
-            while len(receiver.received) < 300:
-                await asyncio.sleep(0.02)
-
-        await asyncio.wait_for(some(), 30)
+        await _arrived(receiver, 300)
         await asyncio.to_thread(
             pg_ctl, ["-w", "-m", "fast", "restart"], pgdata=private_server.pgdata,
             user=private_server.system_user, timeout=60,
