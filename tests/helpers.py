@@ -15,6 +15,7 @@ from dispatcher.engine import Engine
 from dispatcher.models import EndpointSpec
 from dispatcher.settings import Settings
 from dispatcher.signing import generate_secret
+from tests.receivers import Receiver
 
 FAST = Settings(
     allow_private_targets=True,
@@ -66,3 +67,28 @@ async def cli(db_url: str, *args: str, env: dict[str, str] | None = None,
     out, err = await asyncio.wait_for(proc.communicate(), timeout)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
+
+
+# A worker as tests run it: short lease margin and poll, a bounded grace.
+WORKER_ENV = {
+    "DISPATCHER_LEASE_MARGIN_S": "1",
+    "DISPATCHER_POLL_INTERVAL_S": "0.2",
+    "DISPATCHER_GRACE_S": "10",
+}
+
+
+async def worker(db_url: str, *args: str) -> asyncio.subprocess.Process:
+    """`dispatcher run ARGS` as a container runs it, its log on a pipe."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "dispatcher", "run", *args,
+        env=cli_env(db_url, **WORKER_ENV),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+
+
+async def until_received(receiver: Receiver, n: int, timeout: float = 30) -> None:
+    async def wait() -> None:
+        while len(receiver.received) < n:
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(wait(), timeout)

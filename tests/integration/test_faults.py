@@ -8,7 +8,6 @@ import contextlib
 import random
 import shutil
 import signal
-import sys
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ import pytest
 from dispatcher import catalog, db
 from dispatcher.engine import Engine
 from dispatcher.errors import OperationalError
-from tests.helpers import add_endpoint, cli_env, engine, statuses
+from tests.helpers import add_endpoint, engine, statuses, until_received, worker
 from tests.pgproxy import PgProxy
 from tests.receivers import Receiver, delay
 
@@ -57,23 +56,6 @@ async def _deliver_all(conn: asyncpg.Connection, db_url: str, n: int) -> Engine:
         await asyncio.wait_for(task, 30)
     assert (await statuses(conn)) == {"delivered": n}
     return e
-
-
-async def _worker(url: str) -> asyncio.subprocess.Process:
-    """`dispatcher run` as a container runs it, its log on a pipe."""
-    env = cli_env(url, DISPATCHER_LEASE_MARGIN_S="1", DISPATCHER_POLL_INTERVAL_S="0.2")
-    return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "dispatcher", "run", "--max-in-flight", "100",
-        env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-
-
-async def _arrived(receiver: Receiver, n: int, timeout: float = 30.0) -> None:
-    async def wait() -> None:
-        while len(receiver.received) < n:
-            await asyncio.sleep(0.02)
-
-    await asyncio.wait_for(wait(), timeout)
 
 
 async def _kill_backends(conn: asyncpg.Connection) -> int:
@@ -122,9 +104,9 @@ async def test_database_outage_mid_run_then_sigterm(
     await add_endpoint(conn, receiver.url("/r"), max_in_flight=100, timeout_ms=5000)
     await _bulk(conn, N)
     proxy = await PgProxy(db_url).start()
-    proc = await _worker(proxy.url)
+    proc = await worker(proxy.url, "--max-in-flight", "100")
     try:
-        await _arrived(receiver, 300)
+        await until_received(receiver, 300)
         outage = asyncio.create_task(proxy.outage(12.0))
         await asyncio.sleep(11.0)
         # Seen from the database during the outage: a worker gone silent,
@@ -317,9 +299,9 @@ async def test_postgresql_restarted_mid_run(private_server: Any, receiver: Recei
         await _bulk(conn, N)
     finally:
         await conn.close()
-    proc = await _worker(url)
+    proc = await worker(url, "--max-in-flight", "100")
     try:
-        await _arrived(receiver, 300)
+        await until_received(receiver, 300)
         await asyncio.to_thread(
             pg_ctl, ["-w", "-m", "fast", "restart"], pgdata=private_server.pgdata,
             user=private_server.system_user, timeout=60,

@@ -4,36 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 from collections import Counter
 
 import asyncpg
 
 from dispatcher import catalog
-from tests.helpers import add_endpoint, cli_env, statuses
+from tests.helpers import add_endpoint, statuses, until_received, worker
 from tests.receivers import Receiver, delay
-
-WORKER_ENV = {
-    "DISPATCHER_LEASE_MARGIN_S": "1",
-    "DISPATCHER_POLL_INTERVAL_S": "0.2",
-    "DISPATCHER_GRACE_S": "10",
-}
-
-
-async def _worker(db_url: str, *args: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "dispatcher", "run", *args,
-        env=cli_env(db_url, **WORKER_ENV),
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-
-
-async def _until_received(receiver: Receiver, n: int, timeout: float = 30) -> None:
-    async def wait() -> None:
-        while len(receiver.received) < n:
-            await asyncio.sleep(0.02)
-
-    await asyncio.wait_for(wait(), timeout)
 
 
 async def _bulk(conn: asyncpg.Connection, n: int) -> None:
@@ -59,9 +36,9 @@ async def test_kill_9_loses_nothing(conn: asyncpg.Connection, db_url: str,
     receiver.routes["/slow"] = delay(0.1)
     await add_endpoint(conn, receiver.url("/slow"), max_in_flight=20, timeout_ms=2000)
     await _bulk(conn, 400)
-    proc = await _worker(db_url)
+    proc = await worker(db_url)
     try:
-        await _until_received(receiver, 100)
+        await until_received(receiver, 100)
     finally:
         proc.kill()
         await proc.wait()
@@ -71,7 +48,7 @@ async def test_kill_9_loses_nothing(conn: asyncpg.Connection, db_url: str,
     }
     assert in_flight_at_kill, "the kill should have caught rows in flight"
     await _expire_leases(conn)
-    proc = await _worker(db_url, "--drain")
+    proc = await worker(db_url, "--drain")
     assert await asyncio.wait_for(proc.wait(), 60) == 0
     assert await statuses(conn) == {"delivered": 400}
     ids = _ids(receiver)
@@ -86,8 +63,8 @@ async def test_sigterm_finishes_in_flight_and_exits_zero(
     receiver.routes["/slow"] = delay(0.1)
     await add_endpoint(conn, receiver.url("/slow"), max_in_flight=20, timeout_ms=2000)
     await _bulk(conn, 400)
-    proc = await _worker(db_url)
-    await _until_received(receiver, 100)
+    proc = await worker(db_url)
+    await until_received(receiver, 100)
     proc.send_signal(signal.SIGTERM)
     _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0, err.decode()[-500:]
@@ -99,7 +76,7 @@ async def test_sigterm_finishes_in_flight_and_exits_zero(
     # Nothing handed back was spent, and what was sent was recorded once.
     assert await conn.fetchval("SELECT max(attempt_count) FROM webhook_queue") == 1
     assert max(_ids(receiver).values()) == 1
-    proc = await _worker(db_url, "--drain")
+    proc = await worker(db_url, "--drain")
     assert await asyncio.wait_for(proc.wait(), 60) == 0
     assert await statuses(conn) == {"delivered": 400}
     ids = _ids(receiver)
@@ -112,7 +89,7 @@ async def test_two_workers_send_each_event_once(
     await add_endpoint(conn, receiver.url("/ok"), max_in_flight=50)
     await add_endpoint(conn, receiver.url("/ok2"), max_in_flight=50)
     await _bulk(conn, 1500)
-    procs = [await _worker(db_url, "--drain") for _ in range(2)]
+    procs = [await worker(db_url, "--drain") for _ in range(2)]
     try:
         codes = await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)), 90)
     finally:
