@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 CLUSTER_WINDOW_S = 3600.0
 CLUSTER_SHARE = 0.8
@@ -18,7 +19,7 @@ CODE_SHARE = 0.6
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Pattern:
-    name: str  # "cluster" | "status-code" | "gradual"
+    name: str  # "refused-target" | "status-code" | "cluster" | "gradual" | "none"
     action: str
 
 
@@ -33,10 +34,48 @@ def _max_in_window(times: Sequence[float], window: float) -> int:
     return best
 
 
-def classify(times: Sequence[float], codes: Sequence[int | None]) -> Pattern:
+REFUSED_PREFIX = "refused target"  # the sender's last_error for an SSRF refusal
+# An endpoint that answered 2xx to this share of its attempts while these
+# died was flaky, not down: its dead letters are "gradual" however clustered.
+UP_SHARE = 0.2
+
+
+def replay_command(endpoint_id: int | None, since: float | None) -> str:
+    """The command a person types next, runnable as printed when the
+    endpoint and the first dead letter's time are known."""
+    endpoint = "ID" if endpoint_id is None else str(endpoint_id)
+    cmd = f"dispatcher dlq replay --endpoint {endpoint}"
+    if since is not None:
+        at = datetime.fromtimestamp(int(since), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        cmd += f" --since {at}"
+    return cmd
+
+
+def classify(
+    times: Sequence[float],
+    codes: Sequence[int | None],
+    *,
+    primary_error: str | None = None,
+    success_share: float | None = None,
+    endpoint_id: int | None = None,
+) -> Pattern:
+    """`times`/`codes`: when each dead letter died and its last status code;
+    `primary_error`: their most common last_error; `success_share`: the
+    share of the endpoint's attempts answered 2xx over the same span."""
     n = len(times)
     if n == 0:
         return Pattern(name="none", action="nothing to do")
+    replay = f"`{replay_command(endpoint_id, min(times))}`"
+    if primary_error is not None and primary_error.startswith(REFUSED_PREFIX):
+        return Pattern(
+            name="refused-target",
+            action=(
+                "the SSRF guard refused this endpoint's address (loopback, private or "
+                "link-local): point the endpoint at a public URL, or set "
+                "DISPATCHER_ALLOW_PRIVATE_TARGETS=1 on the worker if private targets are "
+                f"intended; then {replay}"
+            ),
+        )
     counted = Counter(c for c in codes if c is not None)
     if counted:
         code, hits = counted.most_common(1)[0]
@@ -44,26 +83,33 @@ def classify(times: Sequence[float], codes: Sequence[int | None]) -> Pattern:
             if code in (401, 403):
                 action = (
                     f"{code} spike: the receiver's credentials or our secret changed; "
-                    "fix them, then replay"
+                    f"fix them, then {replay}"
                 )
             elif code == 429:
-                action = "429 throttling: lower this endpoint's rate_per_s / burst, then replay"
+                action = f"429 throttling: lower this endpoint's rate_per_s / burst, then {replay}"
             elif code == 410:
                 action = "410 Gone: the receiver retired this URL; update or delete the endpoint"
             else:
                 action = (
-                    f"{code} from the receiver: fix the URL or the payload contract, then replay"
+                    f"{code} from the receiver: fix the URL or the payload contract, then {replay}"
                 )
             return Pattern(name="status-code", action=action)
-    if n >= CLUSTER_MIN and _max_in_window(times, CLUSTER_WINDOW_S) >= CLUSTER_SHARE * n:
+    was_up = success_share is not None and success_share >= UP_SHARE
+    if (
+        not was_up
+        and n >= CLUSTER_MIN
+        and _max_in_window(times, CLUSTER_WINDOW_S) >= CLUSTER_SHARE * n
+    ):
         return Pattern(
             name="cluster",
-            action=(
-                "endpoint was down longer than the retry window: once it is back, "
-                "replay with `dlq replay --endpoint ID --since FIRST`"
-            ),
+            action=f"endpoint was down longer than the retry window: once it is back, {replay}",
         )
-    return Pattern(
-        name="gradual",
-        action="occasional failures spread out: raise max_attempts or lower timeout_ms",
-    )
+    if was_up:
+        share = f"{success_share:.0%}"
+        action = (
+            f"intermittent failures (the endpoint answered 2xx to {share} of attempts "
+            "meanwhile): raise max_attempts or retry_cap_ms so retries outlast them"
+        )
+    else:
+        action = "occasional failures spread out: raise max_attempts or lower timeout_ms"
+    return Pattern(name="gradual", action=action)

@@ -139,8 +139,8 @@ ORDER BY e.id;
 -- name: insert_endpoint
 INSERT INTO endpoints (url, secret, event_types, rate_per_s, burst, max_in_flight, timeout_ms,
                        max_attempts, retry_base_ms, retry_cap_ms, failure_threshold, cooldown_s,
-                       headers)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb)
+                       name, description, headers)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15::jsonb)
 RETURNING *;
 
 -- name: list_endpoints
@@ -265,19 +265,31 @@ WHERE e.deleted_at IS NULL
 ORDER BY e.id;
 
 -- name: dead_letters_by_endpoint
-SELECT endpoint_id,
-       count(*) AS dead,
-       mode() WITHIN GROUP (ORDER BY last_error) AS primary_error,
-       mode() WITHIN GROUP (ORDER BY last_status_code) AS primary_status_code,
-       min(updated_at) AS first_at,
-       max(updated_at) AS last_at,
-       avg(attempt_count)::float8 AS avg_attempts,
-       array_agg(extract(epoch FROM updated_at)::float8 ORDER BY updated_at) AS times,
-       array_agg(last_status_code ORDER BY updated_at) AS codes
-FROM webhook_queue
-WHERE status = 'dead_letter' AND updated_at > now() - make_interval(secs => $1)
-GROUP BY endpoint_id
-ORDER BY endpoint_id;
+-- success_share: how the endpoint answered its attempts over the span its
+-- letters died in (latency samples, one per attempt, indexed by endpoint and
+-- time): a flaky endpoint is told apart from one that was down.
+WITH dead AS (
+    SELECT endpoint_id,
+           count(*) AS dead,
+           mode() WITHIN GROUP (ORDER BY last_error) AS primary_error,
+           mode() WITHIN GROUP (ORDER BY last_status_code) AS primary_status_code,
+           min(updated_at) AS first_at,
+           max(updated_at) AS last_at,
+           avg(attempt_count)::float8 AS avg_attempts,
+           array_agg(extract(epoch FROM updated_at)::float8 ORDER BY updated_at) AS times,
+           array_agg(last_status_code ORDER BY updated_at) AS codes
+    FROM webhook_queue
+    WHERE status = 'dead_letter' AND updated_at > now() - make_interval(secs => $1)
+    GROUP BY endpoint_id
+)
+SELECT d.*,
+       (SELECT (count(*) FILTER (WHERE l.status_code BETWEEN 200 AND 299))::float8
+               / nullif(count(*), 0)
+        FROM endpoint_latency l
+        WHERE l.endpoint_id = d.endpoint_id
+          AND l.measured_at BETWEEN d.first_at AND d.last_at) AS success_share
+FROM dead d
+ORDER BY d.endpoint_id;
 
 -- name: replay_ids
 UPDATE webhook_queue
@@ -375,7 +387,8 @@ ORDER BY l.delivery_id, l.measured_at;
 UPDATE endpoints SET
     url = $2, event_types = $3, rate_per_s = $4, burst = $5, max_in_flight = $6,
     timeout_ms = $7, max_attempts = $8, retry_base_ms = $9, retry_cap_ms = $10,
-    failure_threshold = $11, cooldown_s = $12, headers = $13::jsonb, updated_at = now()
+    failure_threshold = $11, cooldown_s = $12, name = $13, description = $14,
+    headers = $15::jsonb, updated_at = now()
 WHERE id = $1
 RETURNING *;
 
@@ -450,3 +463,42 @@ UPDATE endpoints
 SET deleted_at = now(), enabled = false, disabled_reason = 'deleted', updated_at = now()
 WHERE id = $1 AND deleted_at IS NULL
 RETURNING *;
+
+-- name: endpoint_latency_timeline
+-- One endpoint's attempts per bucket over the last $2 seconds (buckets of
+-- $3 seconds, oldest first): exact percentiles and failures, from the
+-- (endpoint_id, measured_at) index range.
+WITH buckets AS (
+    SELECT generate_series(0, ($2::float8 / $3::float8)::int - 1) AS i
+), s AS (
+    SELECT floor(extract(epoch FROM now() - measured_at) / $3::float8)::int AS i,
+           percentile_cont(0.50) WITHIN GROUP (ORDER BY response_ms) AS p50_ms,
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY response_ms) AS p95_ms,
+           percentile_cont(0.99) WITHIN GROUP (ORDER BY response_ms) AS p99_ms,
+           count(*) AS attempts,
+           count(*) FILTER (WHERE error IS NOT NULL OR status_code IS NULL
+                                  OR status_code NOT BETWEEN 200 AND 299) AS failures
+    FROM endpoint_latency
+    WHERE endpoint_id = $1 AND measured_at > now() - make_interval(secs => $2::float8)
+    GROUP BY 1
+)
+SELECT b.i AS ago, s.p50_ms, s.p95_ms, s.p99_ms,
+       coalesce(s.attempts, 0) AS attempts, coalesce(s.failures, 0) AS failures
+FROM buckets b LEFT JOIN s USING (i)
+ORDER BY b.i DESC;
+
+-- name: endpoint_transitions
+SELECT from_state, to_state, cooldown_seconds, at
+FROM breaker_transitions WHERE endpoint_id = $1
+ORDER BY at DESC LIMIT $2;
+
+-- name: endpoint_recent_failures
+-- The newest failed attempts of one endpoint within the window, with the
+-- event each belonged to (a pruned delivery leaves its attempt without one).
+SELECT l.delivery_id, w.event_id, w.event_type, l.measured_at AS at, l.status_code,
+       l.response_ms, l.error
+FROM endpoint_latency l LEFT JOIN webhook_queue w ON w.id = l.delivery_id
+WHERE l.endpoint_id = $1 AND l.measured_at > now() - make_interval(secs => $2::float8)
+  AND (l.error IS NOT NULL OR l.status_code IS NULL OR l.status_code NOT BETWEEN 200 AND 299)
+ORDER BY l.measured_at DESC
+LIMIT $3;

@@ -26,8 +26,11 @@ DEFAULT_DEAD_LETTERS = 100
 MAX_DEAD_LETTERS = 1000
 DEFAULT_TIMELINE_MINUTES = 15.0
 MAX_TIMELINE_MINUTES = 24 * 60.0
-TIMELINE_POINTS = 90
-MIN_BUCKET_S = 5.0
+TIMELINE_POINTS = 120
+# One-second buckets at the shortest spans: a burst that drains in ten
+# seconds (the demo's) must be a curve, not one point of a flat line.
+MIN_BUCKET_S = 1.0
+RECENT_ROWS = 50  # transitions and failures on an endpoint's page
 
 
 async def health_summary(conn: Conn) -> dict[str, Any]:
@@ -64,7 +67,13 @@ async def dlq_analyze(conn: Conn, hours: float | None = None) -> list[dict[str, 
         raise BadInput(f"hours must be positive and at most {MAX_DLQ_HOURS:g}")
     out = []
     for g in await catalog.dead_letters_by_endpoint(conn, span):
-        pattern = classify(g.times, g.codes)
+        pattern = classify(
+            g.times,
+            g.codes,
+            primary_error=g.primary_error,
+            success_share=g.success_share,
+            endpoint_id=g.endpoint_id,
+        )
         out.append(
             {
                 "endpoint_id": g.endpoint_id,
@@ -148,12 +157,46 @@ async def dead_letters(
     return [as_dict(r) for r in rows]
 
 
-async def timeline(conn: Conn, minutes: float | None = None) -> dict[str, Any]:
-    """Enqueued, delivered and dead per bucket over the last `minutes`."""
+def _span(minutes: float | None) -> tuple[float, float]:
+    """The span and bucket width (seconds) of a chart over the last `minutes`."""
     span_min = DEFAULT_TIMELINE_MINUTES
     if minutes is not None:
         span_min = check_number(minutes, "minutes", 1, MAX_TIMELINE_MINUTES)
     span_s = span_min * 60
-    bucket_s = max(MIN_BUCKET_S, span_s / TIMELINE_POINTS)
-    points = await catalog.timeline(conn, span_s, bucket_s)
-    return {"bucket_s": bucket_s, "points": [as_dict(p) for p in points]}
+    return span_s, max(MIN_BUCKET_S, span_s / TIMELINE_POINTS)
+
+
+async def timeline(conn: Conn, minutes: float | None = None) -> dict[str, Any]:
+    """Enqueued, delivered and dead per bucket over the last `minutes`, and
+    the queue depth (pending, retrying, in flight) at the end of each bucket.
+
+    The depth is walked back from the current one through each bucket's
+    inflow and outflow, so it needs no stored samples. A replayed dead
+    letter re-enters the queue without being counted as enqueued: before
+    its replay the walk shows it as queued."""
+    span_s, bucket_s = _span(minutes)
+    points = [as_dict(p) for p in await catalog.timeline(conn, span_s, bucket_s)]
+    g = await catalog.queue_gauges(conn)
+    depth = g.pending + g.failed + g.in_flight
+    for p in reversed(points):
+        p["depth"] = max(0, depth)
+        depth += p["delivered"] + p["dead"] - p["enqueued"]
+    return {"bucket_s": bucket_s, "points": points}
+
+
+async def endpoint_activity(
+    conn: Conn, endpoint_id: int, minutes: float | None = None
+) -> dict[str, Any]:
+    """One endpoint's story for its page: percentiles and failures per
+    bucket, its newest breaker transitions and failed attempts."""
+    await catalog.get_endpoint(conn, endpoint_id)  # UnknownEndpoint: 404
+    span_s, bucket_s = _span(minutes)
+    latency = await catalog.endpoint_latency_timeline(conn, endpoint_id, span_s, bucket_s)
+    transitions = await catalog.endpoint_transitions(conn, endpoint_id, RECENT_ROWS)
+    failures = await catalog.endpoint_recent_failures(conn, endpoint_id, span_s, RECENT_ROWS)
+    return {
+        "bucket_s": bucket_s,
+        "latency": [as_dict(p) for p in latency],
+        "transitions": [as_dict(t) for t in transitions],
+        "failures": [as_dict(f) for f in failures],
+    }

@@ -20,6 +20,8 @@ class EndpointRecord(EndpointSettings):
     id: int
     url: str
     sealed_secret: str
+    name: str | None
+    description: str | None
     enabled: bool
     disabled_reason: str | None
     created_at: datetime
@@ -75,6 +77,7 @@ class DeadLetterGroup:
     avg_attempts: float
     times: list[float]
     codes: list[int | None]
+    success_share: float | None  # 2xx share of the endpoint's attempts meanwhile
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -145,6 +148,38 @@ class TimelinePoint:
     enqueued: int
     delivered: int
     dead: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LatencyPoint:
+    """One endpoint's attempts in one bucket: percentiles (None when it had
+    none) and how many failed."""
+
+    ago: int
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    attempts: int
+    failures: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BreakerTransition:
+    from_state: str
+    to_state: str
+    cooldown_seconds: float | None
+    at: datetime
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FailedAttempt:
+    delivery_id: int | None
+    event_id: str | None
+    event_type: str | None
+    at: datetime
+    status_code: int | None
+    response_ms: int
+    error: str | None
 
 
 def as_dict(row: Any) -> dict[str, Any]:

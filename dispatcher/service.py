@@ -9,6 +9,8 @@ catalog does) and never formats output for a terminal or an HTTP response.
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,7 +35,7 @@ from .models import SETTING_NAMES, EndpointSpec
 from .rows import EndpointRecord
 from .secretbox import SecretBox, seal, unseal
 from .signing import SIGNING_KEY_PREFIX, generate_secret, generate_signing_key, public_key
-from .ssrf import TargetPolicy, check_target
+from .ssrf import TargetPolicy, check_resolved, check_target, parse_target
 
 DEFAULT_GRACE_S = 86_400.0  # a rotated-out secret keeps signing for a day
 MAX_GRACE_S = float(2**31)
@@ -45,10 +47,35 @@ HEADER_MASK = "••••"
 # ---------------------------------------------------------------- endpoints
 
 
+RESOLVE_TIMEOUT_S = 3.0
+
+
+async def vet_target(url: str, targets: TargetPolicy) -> None:
+    """The SSRF guard at `endpoint add`: the literal address, then what the
+    name resolves to now. A name that does not resolve (yet), or a resolver
+    that does not answer in time, is accepted: the sender checks every
+    connection after DNS anyway, and a receiver's DNS may go live later."""
+    check_target(url, targets)
+    if targets.allow_private:
+        return
+    host = parse_target(url).host
+    if host is None:
+        return
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await asyncio.wait_for(
+            loop.getaddrinfo(host, None, type=socket.SOCK_STREAM), RESOLVE_TIMEOUT_S
+        )
+    except (OSError, TimeoutError, UnicodeError):
+        return
+    check_resolved(host, [str(info[4][0]) for info in infos], targets)
+
+
 def endpoint_public(record: EndpointRecord, *, secret: str | None = None) -> dict[str, Any]:
     """An endpoint as users see it: the secret (and for an ed25519 key its
     public half) only when just created or rotated."""
-    out: dict[str, Any] = {"id": record.id, "url": record.url}
+    out: dict[str, Any] = {"id": record.id, "name": record.name, "url": record.url}
+    out["description"] = record.description
     out.update((name, getattr(record, name)) for name in SETTING_NAMES)
     out["event_types"] = list(record.event_types)
     # Header values are often a receiver's credentials: names only.
@@ -91,7 +118,7 @@ async def add_endpoint(
     literal address (the CLI and the API pass theirs; None only for trusted
     callers of the Python API, whose URLs the worker still checks)."""
     if targets is not None:
-        check_target(spec.url, targets)
+        await vet_target(spec.url, targets)
     if any(value == HEADER_MASK for _, value in spec.headers):
         raise BadInput(f"a header value {HEADER_MASK} only keeps a stored value in an update")
     secret = spec.secret or new_secret(signature)
@@ -119,10 +146,14 @@ async def update_endpoint(
         # The stored headers may be sealed: they are carried over, not re-validated.
         base = EndpointSpec(
             url=current.url,
+            name=current.name,
+            description=current.description,
             **{k: getattr(current, k) for k in SETTING_NAMES if k != "headers"},
         )
         spec = spec_from_fields(patch, base)
-        if targets is not None:
+        if targets is not None and spec.url != current.url:
+            await vet_target(spec.url, targets)
+        elif targets is not None:
             check_target(spec.url, targets)
         stored = current.headers
         if "headers" in patch:

@@ -181,6 +181,13 @@ class TargetPolicy:
     allowed_networks: tuple[str, ...] = ()
 
 
+def _refused(why: str) -> BadInput:
+    return BadInput(
+        f"url refused by the SSRF guard: {why} (DISPATCHER_ALLOW_PRIVATE_TARGETS=1 "
+        "or DISPATCHER_ALLOWED_NETWORKS allow private targets)"
+    )
+
+
 def check_target(url: str, policy: TargetPolicy) -> None:
     """What `endpoint add` and every update check: the URL's shape (as the
     sender reads it) and its literal address (as the sender judges it)."""
@@ -191,10 +198,29 @@ def check_target(url: str, policy: TargetPolicy) -> None:
         allowed_networks=policy.allowed_networks,
     )
     if why is not None:
-        raise BadInput(
-            f"url refused by the SSRF guard: {why} (DISPATCHER_ALLOW_PRIVATE_TARGETS=1 "
-            "or DISPATCHER_ALLOWED_NETWORKS allow private targets)"
-        )
+        raise _refused(why)
+
+
+def check_resolved(host: str, addresses: list[str], policy: TargetPolicy) -> None:
+    """A name whose every address the sender would refuse is refused now,
+    at `endpoint add`, rather than dead-lettering every delivery later. One
+    allowed address is enough: the sender connects to the allowed ones."""
+    if not addresses:
+        return
+    refusal: TargetRefused | None = None
+    for address in addresses:
+        try:
+            check_address(
+                host,
+                address,
+                allow_private=policy.allow_private,
+                allowed_networks=policy.allowed_networks,
+            )
+        except TargetRefused as exc:
+            refusal = exc
+            continue
+        return
+    raise _refused(str(refusal))
 
 
 def literal_address(host: str) -> IPAddress | None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from hypothesis import settings
 
 from dispatcher import db
 from dispatcher.embedded import with_database
@@ -27,6 +28,11 @@ for _name in [k for k in os.environ if k.startswith("DISPATCHER_")]:
     os.environ.pop(_name)
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Examples are judged by what they find, not by how fast a shared 2-core
+# machine runs them: a per-example deadline only turned load into failures.
+settings.register_profile("dispatcher", deadline=None)
+settings.load_profile("dispatcher")
 
 
 @pytest.fixture(scope="session")

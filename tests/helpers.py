@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
+import aiohttp
 import asyncpg
 
 from dispatcher import catalog
@@ -92,3 +95,21 @@ async def until_received(receiver: Receiver, n: int, timeout: float = 30) -> Non
             await asyncio.sleep(0.02)
 
     await asyncio.wait_for(wait(), timeout)
+
+
+@asynccontextmanager
+async def admin_api(
+    db_url: str, settings: Settings, token: str = "t0ken"
+) -> AsyncIterator[tuple[aiohttp.ClientSession, str]]:
+    """The admin API on an ephemeral port: a session holding the bearer
+    token and the server's base URL."""
+    from dispatcher.admin import start_admin
+
+    runner = await start_admin("127.0.0.1:0", replace(settings, admin_token=token), db_url,
+                               quiet=True)  # fmt: skip
+    host, port = runner.addresses[0][:2]
+    try:
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as s:
+            yield s, f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()

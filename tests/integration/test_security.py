@@ -9,7 +9,6 @@ import socket
 import sys
 from dataclasses import replace
 
-import aiohttp
 import asyncpg
 import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -17,13 +16,13 @@ from standardwebhooks import Webhook as StandardWebhook
 from svix.webhooks import Webhook as SvixWebhook
 
 from dispatcher import enqueue
-from dispatcher.admin import start_admin
 from dispatcher.engine import Engine
 from dispatcher.receiver import VerificationError, verify
+from dispatcher.reports import dlq_analyze
 from dispatcher.sender import Sender
 from dispatcher.service import rotate_secret
 from dispatcher.signing import generate_signing_key, public_key
-from tests.helpers import FAST, add_endpoint, cli, cli_env, drain
+from tests.helpers import FAST, add_endpoint, admin_api, cli, cli_env, drain
 from tests.receivers import Receiver, status
 
 
@@ -154,17 +153,11 @@ async def test_rotation_keeps_the_scheme(conn: asyncpg.Connection, db_url: str,
         assert code == 0, err
         rotated = json.loads(out)
     else:
-        settings = replace(FAST, admin_token="t0ken", secret_key=key)
-        runner = await start_admin("127.0.0.1:0", settings, db_url, quiet=True)
-        host, port = runner.addresses[0][:2]
-        try:
-            async with aiohttp.ClientSession(headers={"Authorization": "Bearer t0ken"}) as s:
-                url = f"http://{host}:{port}/v1/endpoints/{added['id']}/rotate-secret"
-                async with s.post(url, json={}) as r:
-                    assert r.status == 200, await r.text()
-                    rotated = await r.json()
-        finally:
-            await runner.cleanup()
+        async with admin_api(db_url, replace(FAST, secret_key=key)) as (s, base):
+            url = f"{base}/v1/endpoints/{added['id']}/rotate-secret"
+            async with s.post(url, json={}) as r:
+                assert r.status == 200, await r.text()
+                rotated = await r.json()
     prefix = "whsk_" if scheme == "v1a" else "whsec_"
     assert rotated["secret"].startswith(prefix) and rotated["secret"] != added["secret"]
     assert ("public_key" in rotated) == (scheme == "v1a")
@@ -277,6 +270,16 @@ async def test_names_resolving_to_private_addresses_are_refused(
         assert r["status"] == "dead_letter" and r["attempt_count"] == 1
         assert r["last_error"].startswith("refused target:")
         assert "\n" not in r["last_error"]
+    # dlq analyze names the cause and the setting, with a runnable replay.
+    analysed = await dlq_analyze(conn)
+    assert len(analysed) == 11
+    for group in analysed:
+        assert group["pattern"] == "refused-target"
+        assert "DISPATCHER_ALLOW_PRIVATE_TARGETS=1" in group["suggested_action"]
+        assert (
+            f"dispatcher dlq replay --endpoint {group['endpoint_id']} --since"
+            in (group["suggested_action"])
+        )
 
 
 async def test_rebinding_cannot_redirect_a_vetted_connection(
@@ -363,6 +366,40 @@ async def test_sealed_header_values_are_sent_in_clear(
     await drain(db_url, secret_key="k3y")
     [got] = receiver.received
     assert _headers(got)["x-api-key"] == "abc123-secret"
+
+
+@pytest.mark.parametrize(
+    "url", ["http://localhost:8081/hook", "http://169.254.169.254/latest/meta-data",
+            "http://[::ffff:127.0.0.1]/", "http://10.0.0.1/x"],
+)  # fmt: skip
+async def test_endpoint_add_refuses_private_targets_naming_the_setting(
+    db_url: str, url: str, conn: asyncpg.Connection
+) -> None:
+    env = {**cli_env(db_url), "DISPATCHER_ALLOW_PRIVATE_TARGETS": "0"}
+    code, _, err = await cli(db_url, "endpoint", "add", "--url", url, env=env)
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "DISPATCHER_ALLOW_PRIVATE_TARGETS=1" in err
+    assert await conn.fetchval("SELECT count(*) FROM endpoints") == 0
+    allowed = {**env, "DISPATCHER_ALLOW_PRIVATE_TARGETS": "1"}
+    code, _, err = await cli(db_url, "endpoint", "add", "--url", url, env=allowed)
+    assert code == 0, err
+
+
+async def test_api_refuses_a_name_resolving_to_loopback_naming_the_setting(
+    db_url: str, conn: asyncpg.Connection
+) -> None:
+    async with admin_api(db_url, replace(FAST, allow_private_targets=False)) as (s, base):
+        async with s.post(f"{base}/v1/endpoints", json={"url": "http://localhost:9/x"}) as r:
+            assert r.status == 400
+            assert "DISPATCHER_ALLOW_PRIVATE_TARGETS=1" in (await r.json())["error"]
+        # An update moving a public endpoint onto loopback is refused the same way.
+        async with s.post(f"{base}/v1/endpoints", json={"url": "https://example.com/x"}) as r:
+            assert r.status == 201, await r.text()
+            created = await r.json()
+        patch = {"url": "http://localhost/x"}
+        async with s.patch(f"{base}/v1/endpoints/{created['id']}", json=patch) as r:
+            assert r.status == 400
+    assert await conn.fetchval("SELECT url FROM endpoints") == "https://example.com/x"
 
 
 @pytest.mark.parametrize(

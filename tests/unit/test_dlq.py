@@ -47,3 +47,46 @@ def test_always_one_of_the_patterns(rows: list[tuple[float, int | None]]) -> Non
     p = classify([t for t, _ in rows], [c for _, c in rows])
     assert p.name in ({"none"} if not rows else {"cluster", "status-code", "gradual"})
     assert p.action
+
+
+def test_refused_targets_are_their_own_pattern_and_name_the_setting() -> None:
+    p = classify(
+        [0.0] * 3,
+        [None] * 3,
+        primary_error="refused target: localhost resolves to a non-public address (127.0.0.1)",
+        endpoint_id=7,
+    )
+    assert p.name == "refused-target"
+    assert "DISPATCHER_ALLOW_PRIVATE_TARGETS=1" in p.action
+    assert "dispatcher dlq replay --endpoint 7 --since 1970-01-01T00:00:00Z" in p.action
+
+
+def test_a_cluster_from_an_endpoint_that_mostly_answered_is_intermittent_not_down() -> None:
+    times = [i * 60.0 for i in range(20)]
+    assert classify(times, [500] * 20, success_share=0.05).name == "cluster"
+    flaky = classify(times, [500] * 20, success_share=0.6)
+    assert flaky.name == "gradual"
+    assert "60%" in flaky.action and "down" not in flaky.action
+
+
+def test_replay_commands_are_runnable_as_printed() -> None:
+    # 2026-11-30T12:00:00.9Z: floored, so the first dead letter is included.
+    first = 1_796_040_000.9
+    p = classify([first + i * 60.0 for i in range(12)], [None] * 12, endpoint_id=3)
+    assert p.name == "cluster"
+    assert "`dispatcher dlq replay --endpoint 3 --since 2026-11-30T12:00:00Z`" in p.action
+    assert "ID" not in p.action and "FIRST" not in p.action
+    for code in (401, 429, 404):
+        assert "--endpoint 3 --since" in classify([first], [code], endpoint_id=3).action
+
+
+@given(
+    st.lists(st.floats(0, 30 * 24 * H), min_size=1, max_size=30),
+    st.one_of(st.none(), st.floats(0, 1)),
+    st.integers(1, 10**9),
+)
+def test_suggested_commands_never_carry_placeholders(
+    times: list[float], share: float | None, endpoint_id: int
+) -> None:
+    p = classify(times, [500] * len(times), success_share=share, endpoint_id=endpoint_id)
+    assert "ID" not in p.action and "FIRST" not in p.action
