@@ -13,8 +13,13 @@ import asyncio
 import random
 import re
 import secrets
+import shlex
+import shutil
+import signal
+import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -108,12 +113,38 @@ async def _setup(conn: asyncpg.Connection, port: int, events: int) -> dict[int, 
     return names
 
 
+def _invocation() -> str:
+    """How this shell can call dispatcher again: bare when it is on PATH,
+    otherwise the path this process was started by (a fresh `make demo`
+    runs .venv/bin/dispatcher, which is not on PATH)."""
+    me = sys.argv[0]
+    if Path(me).name != "dispatcher":
+        return f"{shlex.quote(sys.executable)} -m dispatcher"
+    on_path = shutil.which("dispatcher")
+    if on_path is not None and Path(on_path).resolve() == Path(me).resolve():
+        return "dispatcher"
+    return shlex.quote(me)
+
+
+async def _until_interrupted() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
 async def run_demo(
     settings: Settings,
     *,
     events: int = 300,
     http: str = "127.0.0.1:0",
     linger_s: float = 0.0,
+    keep: bool = False,
     database: str = DEMO_DB,
 ) -> int:
     if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", database):
@@ -125,8 +156,9 @@ async def run_demo(
     token = settings.admin_token or secrets.token_urlsafe(12)
     admin = await start_admin(http, replace(settings, admin_token=token), url, quiet=True)
     host, port = admin.addresses[0][:2]
-    dashboard = f"http://{host}:{port}/?token={token}"
-    print(f"dashboard: {dashboard}")
+    dashboard = f"http://{host}:{port}/"
+    until = "until you press Ctrl-C" if keep else "while the demo runs (--keep leaves it up)"
+    print(f"dashboard: {dashboard} {until}; sign in with the admin token {token}")
     demo_settings = replace(
         settings,
         allow_private_targets=True,  # the demo's receivers are on 127.0.0.1
@@ -138,6 +170,7 @@ async def run_demo(
     )
     engine = Engine(demo_settings, url)
     conn = await db.connect(url)
+    me = _invocation()
     try:
         names = await _setup(conn, receivers.port, events)
         task = asyncio.create_task(engine.run(), name="demo-engine")
@@ -156,24 +189,40 @@ async def run_demo(
             )
             if not any(snap.get(k) for k in ("pending", "in_flight", "failed")):
                 break
-        engine.stop()
-        await task
-        await _report(conn, names, settings)
-        if linger_s > 0:
+        if not keep:
+            engine.stop()
+            await task
+        await _report(conn, names, settings, me)
+        print(f"\nthe commands above act on the demo's data with\n"
+              f"  export DATABASE_URL={shlex.quote(url)}")  # fmt: skip
+        if keep:
+            # The worker keeps running: a replay from the dashboard or the
+            # CLI is delivered to the demo's receivers while you watch.
+            print(f"\nstill up: the worker, the receivers and the dashboard at {dashboard} "
+                  f"(admin token {token}); Ctrl-C stops them")  # fmt: skip
+            await _until_interrupted()
+            engine.stop()
+            await task
+        elif linger_s > 0:
             print(f"\nthe dashboard stays up for {linger_s:.0f} s: {dashboard}")
             await asyncio.sleep(linger_s)
     finally:
         await conn.close()
         await receivers.stop()
         await admin.cleanup()
-    print(f"\nthe demo's data stays in database {database!r}; look again with\n"
-          f"  DATABASE_URL='{url}' DISPATCHER_ADMIN_TOKEN={token} "
-          f"dispatcher serve --http 127.0.0.1:8080\n"
-          f"  and open http://127.0.0.1:8080/?token={token}")  # fmt: skip
+    if not keep:
+        print(f"\nthe dashboard has stopped with the demo. Look again with\n"
+              f"  {me} demo --keep      (runs the story again and stays up)\n"
+              f"or serve the data this run left in database {database!r}:\n"
+              f"  DATABASE_URL={shlex.quote(url)} DISPATCHER_ADMIN_TOKEN={token} "
+              f"{me} serve --http 127.0.0.1:8080\n"
+              f"  then open http://127.0.0.1:8080/ and sign in with {token}")  # fmt: skip
     return 0
 
 
-async def _report(conn: asyncpg.Connection, names: dict[int, str], settings: Settings) -> None:
+async def _report(
+    conn: asyncpg.Connection, names: dict[int, str], settings: Settings, me: str
+) -> None:
     print("\n== pipeline health (dispatcher health)")
     summary = await reports.health_summary(conn)
     print_table([summary], list(summary))
@@ -191,5 +240,7 @@ async def _report(conn: asyncpg.Connection, names: dict[int, str], settings: Set
     out = await reports.dlq_analyze(conn)
     for r in out:
         r["endpoint"] = names[r["endpoint_id"]]
+        # Suggested commands run as printed in this shell.
+        r["suggested_action"] = r["suggested_action"].replace("`dispatcher ", f"`{me} ")
     print_table(out, ["endpoint", "dead", "primary_status_code", "avg_attempts", "pattern",
                       "suggested_action"])  # fmt: skip

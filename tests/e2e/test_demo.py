@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import re
+import shlex
+import signal
+import sys
 import uuid
 
+import aiohttp
 import asyncpg
 
-from tests.helpers import cli
+from tests.helpers import cli, cli_env
 
 
 async def test_demo_story(server_url: str) -> None:
@@ -20,7 +27,62 @@ async def test_demo_story(server_url: str) -> None:
         await conn.close()
     assert code == 0, err[-2000:]
     assert "Traceback" not in err
-    assert "dashboard: http://127.0.0.1:" in out
+    assert "dashboard: http://127.0.0.1:" in out and "?token=" not in out
+    assert "demo --keep" in out
     assert "broken   closed -> open" in out and "half_open -> closed" in out
     assert "status-code" in out and "401" in out
     assert "p95_ms" in out and "delivered_last_hour" in out
+
+
+async def _line_with(stream: asyncio.StreamReader, needle: str, seen: list[str]) -> str:
+    while True:
+        line = (await stream.readline()).decode()
+        assert line, f"the demo ended before printing {needle!r}:\n" + "".join(seen)
+        seen.append(line)
+        if needle in line:
+            return line
+
+
+async def test_demo_keep_stays_up_and_its_suggestions_run_as_printed(server_url: str) -> None:
+    """--keep leaves the dashboard serving until Ctrl-C; every command the
+    demo suggests runs as printed (no ID / FIRST placeholders)."""
+    name = f"dispatcher_demo_{uuid.uuid4().hex[:8]}"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "dispatcher", "demo", "--events", "60", "--database", name,
+        "--keep",
+        env=cli_env(server_url), stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    seen: list[str] = []
+    try:
+        first = await asyncio.wait_for(_line_with(proc.stdout, "dashboard: ", seen), 60)
+        dashboard = re.search(r"(http://127\.0\.0\.1:\d+/)", first)
+        assert dashboard and "?token=" not in first
+        await asyncio.wait_for(_line_with(proc.stdout, "still up", seen), 90)
+        text = "".join(seen)
+        async with aiohttp.ClientSession() as s, s.get(dashboard.group(1) + "healthz") as r:
+            assert r.status == 200
+        url = re.search(r"export DATABASE_URL=(\S+)", text)
+        assert url
+        commands = re.findall(r"`([^`]+ dlq replay [^`]+)`", text)
+        assert commands, text
+        for command in commands:
+            argv = shlex.split(command)
+            assert "ID" not in argv and "FIRST" not in argv
+            run = await asyncio.create_subprocess_exec(
+                *argv, "--json", env={**cli_env(server_url), "DATABASE_URL": url.group(1)},
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            out, err = await asyncio.wait_for(run.communicate(), 60)
+            assert run.returncode == 0, err.decode()
+            assert json.loads(out)["requeued"] >= 1
+        proc.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        conn = await asyncpg.connect(server_url)
+        await conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        await conn.close()
