@@ -33,7 +33,7 @@ from .rows import (
     QueueGauges,
     TimelinePoint,
 )
-from .secretbox import SecretBox, seal, unseal
+from .secretbox import PREFIX, SecretBox, seal, unseal
 
 R = TypeVar("R")
 
@@ -92,7 +92,15 @@ def unseal_headers(box: SecretBox | None, headers: Headers) -> Headers:
     return tuple((name, unseal(box, value)) for name, value in headers)
 
 
-def _settings_args(spec: EndpointSpec) -> tuple[object, ...]:
+def _sealed_once(box: SecretBox | None, value: str | None) -> str | None:
+    """A credential as stored: sealed, unless it already is (an update
+    carries the stored value of what it does not change)."""
+    if value is None or value.startswith(PREFIX):
+        return value
+    return seal(box, value)
+
+
+def _settings_args(spec: EndpointSpec, box: SecretBox | None) -> tuple[object, ...]:
     """The settings and label columns of insert_endpoint and update_endpoint, in order."""
     return (
         list(spec.event_types),
@@ -107,6 +115,14 @@ def _settings_args(spec: EndpointSpec) -> tuple[object, ...]:
         spec.cooldown_s,
         spec.name,
         spec.description,
+        spec.method,
+        spec.body,
+        spec.success_body,
+        spec.filter,
+        spec.ordering,
+        spec.ordering_key,
+        _sealed_once(box, spec.client_cert),
+        _sealed_once(box, spec.client_key),
     )
 
 
@@ -121,14 +137,18 @@ async def add_endpoint(
         Q["insert_endpoint"],
         spec.url,
         seal(box, secret),
-        *_settings_args(spec),
+        *_settings_args(spec, box),
         _headers_json(seal_headers(box, spec.headers)),
     )
     return _record(row)
 
 
 async def update_endpoint(
-    conn: Conn, endpoint_id: int, spec: EndpointSpec, stored_headers: Headers
+    conn: Conn,
+    endpoint_id: int,
+    spec: EndpointSpec,
+    stored_headers: Headers,
+    box: SecretBox | None = None,
 ) -> EndpointRecord:
     """Writes every setting of an already-validated, complete spec; the
     headers as given, already sealed (spec.headers is not read)."""
@@ -136,7 +156,7 @@ async def update_endpoint(
         Q["update_endpoint"],
         endpoint_id,
         spec.url,
-        *_settings_args(spec),
+        *_settings_args(spec, box),
         _headers_json(stored_headers),
     )
     return _record(row, endpoint_id)

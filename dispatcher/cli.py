@@ -18,11 +18,11 @@ import asyncpg
 from . import __version__, db, reports, service
 from .cli_db import cmd_db_status, cmd_db_stop, cmd_db_url
 from .cli_format import print_table, to_json
-from .cli_help import ENDPOINT_FLAGS, OVERVIEW
+from .cli_help import ENDPOINT_FLAGS, OVERVIEW, SHAPING_FLAGS
 from .cli_run import cmd_bench, cmd_demo, cmd_run, cmd_serve
 from .embedded import resolve_database_url
 from .errors import BadInput, DispatcherError
-from .inputs import SPEC_FIELDS, read_payload, spec_from_fields
+from .inputs import SPEC_FIELDS, read_payload, read_text_file, spec_from_fields
 from .models import EndpointSpec
 from .settings import Settings
 
@@ -107,6 +107,9 @@ def _spec(args: argparse.Namespace) -> EndpointSpec:
         fields["event_types"] = args.event_type
     if args.header:
         fields["headers"] = args.header
+    for name in ("client_cert", "client_key"):  # files on the command line, PEM text stored
+        if name in fields:
+            fields[name] = read_text_file(fields[name], f"--{name.replace('_', '-')}")
     return spec_from_fields(fields)
 
 
@@ -305,7 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     eps = group("endpoint", "manage endpoints: add, list, delete, secrets, health")
     add = cmd("add", cmd_endpoint_add, eps, help="create an endpoint (prints its secret once)")
-    add.add_argument("--url", required=True, help="where deliveries are POSTed")
+    add.add_argument("--url", required=True,
+                     help="where deliveries go; {field} macros in path/query")  # fmt: skip
     add.add_argument("--secret", help="whsec_… or whsk_… (default: a new one is generated)")
     add.add_argument("--event-type", action="extend", nargs="+", metavar="T",
                      help="subscribe to these types (default: every type)")  # fmt: skip
@@ -313,6 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
         add.add_argument(flag, type=kind, default=None, help=text)
     add.add_argument("--header", action="append", metavar="'NAME: VALUE'",
                      help="an extra request header (repeatable)")  # fmt: skip
+    for flag, choices, text in SHAPING_FLAGS:
+        add.add_argument(flag, choices=choices, default=None, help=text)
     add.add_argument(
         "--signature",
         choices=("v1", "v1a"),

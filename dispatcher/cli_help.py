@@ -30,3 +30,20 @@ ENDPOINT_FLAGS = (
      f"consecutive failures that open the breaker (default: {_D.failure_threshold})"),
     ("--cooldown-s", float, f"how long the breaker stays open (default: {_D.cooldown_s:g})"),
 )  # fmt: skip
+
+# endpoint add's request shape, filter, ordering and mTLS: (flag, choices, help).
+SHAPING_FLAGS = (
+    ("--method", ("POST", "GET", "PUT"), "HTTP method (default: POST)"),
+    ("--body", ("json", "form", "none"),
+     "json: the payload bytes; form: its top-level fields, urlencoded; none: no body "
+     "(default: json, none for GET)"),
+    ("--success-body", None,
+     "regex a 2xx body (first 4 KiB) must match, else the attempt failed (postbacks)"),
+    ("--filter", None,
+     "JSON object: only events whose payload contains it (jsonb @>), decided at enqueue"),
+    ("--ordering", ("none", "fifo"),
+     "fifo: one delivery at a time per --ordering-key value, in enqueue order (default: none)"),
+    ("--ordering-key", None, "payload field (a.b nested) whose value is a FIFO lane"),
+    ("--client-cert", None, "PEM file: TLS client certificate (mTLS), with --client-key"),
+    ("--client-key", None, "PEM file: its private key (encrypted at rest with the secret key)"),
+)  # fmt: skip

@@ -29,6 +29,7 @@ from . import concurrency, log
 from .breaker import Breaker, BreakerState, admits, effective_threshold, fold, half_open
 from .models import AttemptResult, Endpoint, Verdict, validate_headers
 from .sender import EndpointWire
+from .shaping import url_sample
 from .ssrf import validate_url
 from .store import EndpointState
 
@@ -329,7 +330,8 @@ def _horizon(ep: Endpoint) -> float:
 
 def _wire_key(ep: Endpoint) -> tuple[object, ...]:
     """What an EndpointWire is built from."""
-    return (ep.url, ep.secrets, ep.timeout_ms, ep.headers)
+    return (ep.url, ep.secrets, ep.timeout_ms, ep.headers, ep.method, ep.body,
+            ep.success_body, ep.client_cert, ep.client_key)  # fmt: skip
 
 
 class Gates:
@@ -398,7 +400,7 @@ class Gates:
                 try:
                     # The checks endpoint add makes: a row written some other
                     # way gets them here, before anything is sent.
-                    validate_url(ep.url)
+                    validate_url(url_sample(ep.url))
                     validate_headers(ep.headers)
                     wire = self._wire(ep)
                 except Exception as exc:

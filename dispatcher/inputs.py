@@ -20,6 +20,7 @@ import orjson
 
 from .errors import BadInput
 from .models import EndpointSpec
+from .shaping import compile_success_body, url_sample
 from .signing import validate_secret
 from .ssrf import validate_url
 
@@ -55,6 +56,21 @@ def read_payload(arg: str) -> str | bytes:
         except OSError as exc:
             raise BadInput(f"cannot read payload file {path}: {exc.strerror}") from None
     return arg
+
+
+def read_text_file(path: str, what: str, limit: int = 65_536) -> str:
+    """A small text file named on the command line (a PEM, say)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(limit + 1)
+    except OSError as exc:
+        raise BadInput(f"cannot read {what} file {path}: {exc.strerror}") from None
+    if len(raw) > limit:
+        raise BadInput(f"{what} file {path} is over {limit} bytes")
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        raise BadInput(f"{what} file {path} is not text (PEM expected)") from None
 
 
 def _payload_text(payload: Any) -> str:
@@ -207,11 +223,45 @@ _FLOAT_FIELDS = {"rate_per_s", "cooldown_s"}
 SPEC_FIELDS = frozenset(f.name for f in fields(EndpointSpec))
 
 
+_NULLABLE = frozenset({"rate_per_s", "burst", "secret", "name", "description", "body",
+                       "success_body", "filter", "ordering_key", "client_cert",
+                       "client_key"})  # fmt: skip
+_TEXT_FIELDS = frozenset({"url", "secret", "name", "description", "method", "body",
+                          "ordering", "ordering_key", "client_cert", "client_key"})  # fmt: skip
+
+
+def _filter_text(value: Any) -> str:
+    """A filter as canonical JSON text: an object, given as one or as its text."""
+    if isinstance(value, str):
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            raise BadInput("filter must be a JSON object") from None
+    if not isinstance(value, dict):
+        raise BadInput("filter must be a JSON object")
+    text = orjson.dumps(value).decode()
+    if len(text) > 10_000:
+        raise BadInput("filter must be at most 10000 characters of JSON")
+    return text
+
+
 def _typed(name: str, value: Any) -> Any:
     if value is None:
-        if name in ("rate_per_s", "burst", "secret", "name", "description"):
+        if name in _NULLABLE:
             return None
         raise BadInput(f"{name} must not be null")
+    if name == "filter":
+        return _filter_text(value)
+    if name == "success_body":
+        if not isinstance(value, str):
+            raise BadInput("success_body must be a string")
+        compile_success_body(value)
+        return value
+    if name == "method" and isinstance(value, str):
+        value = value.upper()
+    if name in ("client_cert", "client_key") and isinstance(value, str):
+        if value.startswith("enc:v1:"):
+            raise BadInput(f"{name} must be PEM text, not a stored value")
     if name in _INT_FIELDS:
         if isinstance(value, bool) or not isinstance(value, int):
             raise BadInput(f"{name} must be an integer")
@@ -236,7 +286,7 @@ def _typed(name: str, value: Any) -> Any:
             raise BadInput("headers must be an object of name: value")
         if not all(isinstance(h, tuple) and len(h) == 2 for h in value):
             raise BadInput("headers must be an object of name: value")
-    elif name in ("url", "secret", "name", "description") and not isinstance(value, str):
+    elif name in _TEXT_FIELDS and not isinstance(value, str):
         raise BadInput(f"{name} must be a string")
     return value
 
@@ -261,7 +311,7 @@ def spec_from_fields(data: Mapping[str, Any], base: EndpointSpec | None = None) 
         values[name] = _typed(name, value)
     if "url" not in values:
         raise BadInput("url is required")
-    validate_url(values["url"])
+    validate_url(url_sample(values["url"]))
     secret = values.get("secret")
     if secret is not None:
         validate_secret(secret)

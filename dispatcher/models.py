@@ -6,6 +6,7 @@ Stdlib only. Nothing here performs I/O or reads the clock.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field, fields
 from typing import NamedTuple
 
@@ -46,6 +47,25 @@ class EndpointSettings:
     failure_threshold: int = 10
     cooldown_s: float = 300.0
     headers: tuple[tuple[str, str], ...] = ()
+    # The request's shape (shaping.py): method, body, and what a 2xx body
+    # must contain to count as a success.
+    method: str = "POST"
+    body: str | None = None  # None: "json" for POST and PUT, "none" for GET
+    success_body: str | None = None
+    # Which events (jsonb containment over the payload, as JSON text) and in
+    # which order: "fifo" sends one at a time per ordering_key value.
+    filter: str | None = None
+    ordering: str = "none"
+    ordering_key: str | None = None
+    # mTLS: PEM client certificate and key (sealed at rest like secrets).
+    client_cert: str | None = None
+    client_key: str | None = None
+
+    @property
+    def body_mode(self) -> str:
+        if self.body is not None:
+            return self.body
+        return "none" if self.method == "GET" else "json"
 
 
 SETTING_NAMES = tuple(f.name for f in fields(EndpointSettings))
@@ -71,6 +91,7 @@ class Delivery:
     body: bytes
     attempt_count: int  # attempts recorded before this one
     max_attempts: int
+    event_type: str = ""
     started: bool = False  # on the wire: a shutdown gives it the grace period
     seq: int = -1  # its place in the endpoint's send order, once sent
 
@@ -168,6 +189,40 @@ class EndpointSpec(EndpointSettings):
             raise BadInput("event types must be non-empty printable strings")
         validate_headers(self.headers)
         validate_labels(self.name, self.description)
+        validate_shape(self)
+
+
+SEALED_PREFIX = "enc:v1:"  # secretbox.PREFIX (models imports nothing of ours)
+METHODS = ("POST", "GET", "PUT")
+BODIES = ("json", "form", "none")
+ORDERINGS = ("none", "fifo")
+_KEY_PATH = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
+_PEM = re.compile(r"-----BEGIN [A-Z0-9 ]+-----[\s\S]+-----END [A-Z0-9 ]+-----\s*")
+
+
+def validate_shape(spec: EndpointSettings) -> None:
+    """Method, body, ordering and client credentials; the success-body
+    pattern and the filter's JSON are checked where they are read (inputs)."""
+    from .errors import BadInput
+
+    if spec.method not in METHODS:
+        raise BadInput(f"method must be one of {', '.join(METHODS)}")
+    if spec.body is not None and spec.body not in BODIES:
+        raise BadInput(f"body must be one of {', '.join(BODIES)}")
+    if spec.ordering not in ORDERINGS:
+        raise BadInput(f"ordering must be one of {', '.join(ORDERINGS)}")
+    if spec.ordering_key is not None:
+        if spec.ordering != "fifo":
+            raise BadInput("ordering_key needs ordering fifo")
+        if len(spec.ordering_key) > 200 or not _KEY_PATH.fullmatch(spec.ordering_key):
+            raise BadInput("ordering_key must be a field name (a.b for a nested one)")
+    if (spec.client_cert is None) != (spec.client_key is None):
+        raise BadInput("client_cert and client_key go together")
+    for name, pem in (("client_cert", spec.client_cert), ("client_key", spec.client_key)):
+        if pem is None or pem.startswith(SEALED_PREFIX):
+            continue  # the stored, sealed value an update carries over
+        if len(pem) > 65_536 or not _PEM.fullmatch(pem.strip() + "\n"):
+            raise BadInput(f"{name} must be PEM text (-----BEGIN …-----)")
 
 
 def validate_labels(name: str | None, description: str | None) -> None:

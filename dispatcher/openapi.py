@@ -47,6 +47,21 @@ _ENDPOINT_FIELDS: dict[str, Any] = {
     "retry_cap_ms": {"type": "integer", "minimum": 0},
     "failure_threshold": {"type": "integer", "minimum": 1},
     "cooldown_s": {"type": "number", "exclusiveMinimum": True, "minimum": 0},
+    "method": {"type": "string", "enum": ["POST", "GET", "PUT"]},
+    "body": {"type": "string", "enum": ["json", "form", "none"], "nullable": True,
+             "description": "json: the payload bytes; form: its top-level scalar fields, "
+                            "urlencoded; none: no body. Unset: json, none for GET"},
+    "success_body": {"type": "string", "nullable": True, "maxLength": 1000,
+                     "description": "regular expression a 2xx body's first 4 KiB must match"},
+    "filter": {"type": "object", "nullable": True,
+               "description": "deliver only events whose payload contains this (jsonb @>)"},
+    "ordering": {"type": "string", "enum": ["none", "fifo"]},
+    "ordering_key": {"type": "string", "nullable": True, "pattern": r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$",
+                     "description": "payload field whose value is a FIFO lane"},
+    "client_cert": {"type": "string", "nullable": True,
+                    "description": "PEM client certificate for mTLS (shown as ••••)"},
+    "client_key": {"type": "string", "nullable": True,
+                   "description": "PEM private key for mTLS (shown as ••••)"},
 }
 
 OPENAPI: dict[str, Any] = {

@@ -15,6 +15,12 @@ WITH budget AS (
         WHERE w.endpoint_id = b.endpoint_id
           AND w.status IN ('pending', 'failed', 'in_flight')
           AND w.next_attempt_at <= now()
+          -- FIFO: only the head of its lane (no earlier live row of the
+          -- same key), whichever worker or host holds the earlier one.
+          AND (w.order_key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM webhook_queue h
+                WHERE h.endpoint_id = w.endpoint_id AND h.order_key = w.order_key
+                  AND h.status IN ('pending', 'failed', 'in_flight') AND h.id < w.id))
         ORDER BY w.next_attempt_at
         LIMIT b.n
         FOR UPDATE SKIP LOCKED
@@ -29,7 +35,7 @@ SET status = 'in_flight',
 FROM picked
 WHERE w.id = picked.id
 RETURNING w.id, w.endpoint_id, w.event_id, w.payload::text AS payload,
-          w.attempt_count, w.max_attempts;
+          w.attempt_count, w.max_attempts, w.event_type;
 
 -- name: record_outcomes
 -- Every outcome of a flush in one statement: the queue rows, and a latency
@@ -123,7 +129,8 @@ SELECT endpoint_id FROM won;
 -- name: engine_endpoints
 SELECT e.id, e.url, e.secret, e.event_types, e.rate_per_s, e.burst, e.max_in_flight,
        e.timeout_ms, e.max_attempts, e.retry_base_ms, e.retry_cap_ms,
-       e.failure_threshold, e.cooldown_s, e.enabled, e.headers,
+       e.failure_threshold, e.cooldown_s, e.enabled, e.headers, e.method, e.body,
+       e.success_body, e.filter, e.ordering, e.ordering_key, e.client_cert, e.client_key,
        coalesce(
            (SELECT array_agg(s.secret ORDER BY s.expires_at DESC) FROM endpoint_secrets s
             WHERE s.endpoint_id = e.id AND s.expires_at > now()),
@@ -139,8 +146,10 @@ ORDER BY e.id;
 -- name: insert_endpoint
 INSERT INTO endpoints (url, secret, event_types, rate_per_s, burst, max_in_flight, timeout_ms,
                        max_attempts, retry_base_ms, retry_cap_ms, failure_threshold, cooldown_s,
-                       name, description, headers)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15::jsonb)
+                       name, description, method, body, success_body, filter, ordering,
+                       ordering_key, client_cert, client_key, headers)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
+        $18::jsonb, $19, $20, $21, $22, $23::jsonb)
 RETURNING *;
 
 -- name: list_endpoints
@@ -187,11 +196,16 @@ CREATE TEMP TABLE dispatcher_stage (
 
 -- name: fan_out_staged
 WITH ins AS (
-    INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload, max_attempts)
-    SELECT e.id, s.event_id, s.event_type, s.payload::json, e.max_attempts
+    -- Filters and FIFO lanes as dispatcher_enqueue decides them (006).
+    INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload, max_attempts,
+                               order_key)
+    SELECT e.id, s.event_id, s.event_type, s.payload::json, e.max_attempts,
+           CASE WHEN e.ordering = 'fifo'
+                THEN dispatcher_order_key(e.ordering, e.ordering_key, s.payload::jsonb) END
     FROM dispatcher_stage s
     JOIN endpoints e ON e.deleted_at IS NULL AND CASE WHEN s.endpoint_id IS NULL
         THEN e.enabled AND (e.event_types @> ARRAY[s.event_type] OR e.event_types @> '{*}')
+             AND (e.filter IS NULL OR s.payload::jsonb @> e.filter)
         ELSE e.id = s.endpoint_id END
     ON CONFLICT (endpoint_id, event_id) DO NOTHING
     RETURNING 1
@@ -388,7 +402,9 @@ UPDATE endpoints SET
     url = $2, event_types = $3, rate_per_s = $4, burst = $5, max_in_flight = $6,
     timeout_ms = $7, max_attempts = $8, retry_base_ms = $9, retry_cap_ms = $10,
     failure_threshold = $11, cooldown_s = $12, name = $13, description = $14,
-    headers = $15::jsonb, updated_at = now()
+    method = $15, body = $16, success_body = $17, filter = $18::jsonb, ordering = $19,
+    ordering_key = $20, client_cert = $21, client_key = $22, headers = $23::jsonb,
+    updated_at = now()
 WHERE id = $1
 RETURNING *;
 

@@ -7,19 +7,35 @@ up to a small cap only so the connection can go back to the pool.
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import ssl
+import tempfile
 import time
+from pathlib import Path
+from typing import Any
 
 import aiohttp
+import orjson
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 from multidict import CIMultiDict
 from yarl import URL
 
 from . import __version__
-from .errors import TargetRefused
+from .errors import BadInput, TargetRefused
 from .models import AttemptResult, Endpoint, Verdict
 from .retry import classify_status, parse_retry_after
+from .shaping import (
+    BUILTINS,
+    SUCCESS_BODY_BYTES,
+    body_matches,
+    compile_success_body,
+    form_body,
+    lookup,
+    parse_template,
+)
 from .signing import Signer
 from .ssrf import check_address, target_refusal
 
@@ -40,15 +56,21 @@ class GuardedResolver(AbstractResolver):
         allow_private: bool,
         allowed_networks: tuple[str, ...] = (),
         inner: AbstractResolver | None = None,
+        proxy_host: str | None = None,
     ) -> None:
         self._allow_private = allow_private
         self._allowed_networks = allowed_networks
         self._inner = inner if inner is not None else DefaultResolver()
+        # With a proxy, the only name this process resolves is the proxy's
+        # (the proxy resolves the targets), and it may be a private address.
+        self._proxy_host = proxy_host
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
         answers = await self._inner.resolve(host, port, family)
+        if host == self._proxy_host:
+            return answers
         kept = []
         refused: TargetRefused | None = None
         for a in answers:
@@ -71,10 +93,14 @@ class GuardedResolver(AbstractResolver):
         await self._inner.close()
 
 
+CONTENT_TYPES = {"json": "application/json", "form": "application/x-www-form-urlencoded"}
+
+
 class EndpointWire:
     """Per-endpoint wire settings, built once per endpoint version."""
 
-    __slots__ = ("headers", "signer", "target", "timeout", "timeout_ms", "url", "url_refusal")
+    __slots__ = ("body_mode", "headers", "method", "shaped", "signer", "ssl", "success",
+                 "target", "template", "timeout", "timeout_ms", "url", "url_refusal")  # fmt: skip
 
     def __init__(
         self,
@@ -85,13 +111,27 @@ class EndpointWire:
         allow_private: bool,
         allowed_networks: tuple[str, ...] = (),
         headers: tuple[tuple[str, str], ...] = (),
+        method: str = "POST",
+        body_mode: str = "json",
+        success_body: str | None = None,
+        ssl_context: ssl.SSLContext | bool = True,
     ):
         self.url = url
-        self.target = URL(url)  # parsed once, not per request
+        template = parse_template(url)
+        self.template = template if template.has_macros else None
+        # Parsed once, not per request; a template's host is fixed text.
+        self.target = URL(template.sample() if self.template else url)
+        self.method = method
+        self.body_mode = body_mode
+        # Only a template or a body built from the payload reads the payload.
+        self.shaped = self.template is not None or body_mode == "form"
+        self.success = compile_success_body(success_body)
+        self.ssl = ssl_context
         # The fixed part of every request's headers, copied per request (a C
         # copy) instead of rebuilt from a dict.
         self.headers: CIMultiDict[str] = CIMultiDict(headers)
-        self.headers["content-type"] = "application/json"
+        if body_mode in CONTENT_TYPES:
+            self.headers["content-type"] = CONTENT_TYPES[body_mode]
         self.headers["user-agent"] = USER_AGENT
         self.signer = Signer(secrets)
         self.timeout_ms = timeout_ms
@@ -105,6 +145,58 @@ class EndpointWire:
             allowed_networks=allowed_networks,
         )
 
+    def document(self, body: bytes) -> Any:
+        """The payload as data, for macros and form bodies; MissingMacro
+        names the first macro it has no value for (nothing is sent then)."""
+        doc = load_payload(body)
+        if self.template is not None:
+            for name in self.template.names:
+                lookup(doc, name, _ANY_BUILTIN)
+        return doc
+
+    def request(
+        self, event_id: str, event_type: str, attempt: int, ts: int, body: bytes, doc: Any
+    ) -> tuple[URL, bytes]:
+        """The URL and the bytes to send (and sign) for one attempt."""
+        target = self.target
+        if self.template is not None:
+            builtins = {"event_id": event_id, "event_type": event_type,
+                        "attempt": str(attempt), "timestamp": str(ts)}  # fmt: skip
+            target = URL(self.template.render(doc, builtins), encoded=True)
+        if self.body_mode == "json":
+            return target, body
+        if self.body_mode == "form":
+            return target, form_body(doc)
+        return target, b""
+
+
+_ANY_BUILTIN = dict.fromkeys(BUILTINS, "")
+
+
+def load_payload(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        # Valid JSON orjson declines (integers past 64 bits, say).
+        return json.loads(body)
+
+
+def client_context(cert_pem: str, key_pem: str, ca_file: str | None) -> ssl.SSLContext:
+    """A TLS context presenting this endpoint's client certificate. The
+    ssl module loads a chain only from files: written to a private
+    temporary folder and removed at once."""
+    ctx = ssl.create_default_context()
+    if ca_file:
+        ctx.load_verify_locations(cafile=ca_file)
+    with tempfile.TemporaryDirectory(prefix="dispatcher-mtls-") as folder:
+        cert, key = Path(folder) / "cert.pem", Path(folder) / "key.pem"
+        for path, pem in ((cert, cert_pem), (key, key_pem)):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(pem)
+        ctx.load_cert_chain(cert, key)
+    return ctx
+
 
 class Sender:
     def __init__(
@@ -112,14 +204,28 @@ class Sender:
         *,
         allow_private: bool,
         allowed_networks: tuple[str, ...] = (),
-        body_cap: int = 4096,
+        body_cap: int = SUCCESS_BODY_BYTES,
         resolver: AbstractResolver | None = None,
+        proxy: str | None = None,
+        ca_file: str | None = None,
     ) -> None:
         self.allow_private = allow_private
         self.allowed_networks = allowed_networks
         self._body_cap = body_cap
         self._resolver = resolver
         self._session: aiohttp.ClientSession | None = None
+        self._proxy = URL(proxy) if proxy else None
+        if self._proxy is not None and (self._proxy.scheme != "http" or not self._proxy.host):
+            raise BadInput("DISPATCHER_HTTP_PROXY must be an http://host:port URL")
+        self._ca_file = ca_file
+        # Extra trusted CAs beside the system store, for every https target.
+        self._ssl: ssl.SSLContext | bool = True
+        if ca_file:
+            self._ssl = ssl.create_default_context()
+            try:
+                self._ssl.load_verify_locations(cafile=ca_file)
+            except (OSError, ssl.SSLError) as exc:
+                raise BadInput(f"DISPATCHER_CA_FILE {ca_file}: {exc}") from None
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(
@@ -132,6 +238,7 @@ class Sender:
                 allow_private=self.allow_private,
                 allowed_networks=self.allowed_networks,
                 inner=self._resolver,
+                proxy_host=self._proxy.host if self._proxy else None,
             ),
             ttl_dns_cache=60,
             enable_cleanup_closed=False,
@@ -150,6 +257,9 @@ class Sender:
             self._session = None
 
     def wire(self, endpoint: Endpoint) -> EndpointWire:
+        tls = self._ssl
+        if endpoint.client_cert is not None and endpoint.client_key is not None:
+            tls = client_context(endpoint.client_cert, endpoint.client_key, self._ca_file)
         return EndpointWire(
             endpoint.url,
             endpoint.secrets,
@@ -157,9 +267,24 @@ class Sender:
             allow_private=self.allow_private,
             allowed_networks=self.allowed_networks,
             headers=endpoint.headers,
+            method=endpoint.method,
+            body_mode=endpoint.body_mode,
+            success_body=endpoint.success_body,
+            ssl_context=tls,
         )
 
-    async def post(self, wire: EndpointWire, event_id: str, body: bytes) -> AttemptResult:
+    async def post(
+        self,
+        wire: EndpointWire,
+        event_id: str,
+        body: bytes,
+        *,
+        event_type: str = "",
+        attempt: int = 1,
+        doc: Any = None,
+    ) -> AttemptResult:
+        """One attempt. `doc`: the payload as data (wire.document), needed
+        when the wire is shaped (URL macros, form body)."""
         assert self._session is not None, "Sender.start() first"
         if wire.url_refusal is not None:
             return AttemptResult(
@@ -170,24 +295,32 @@ class Sender:
             )
         now = time.time()
         ts = int(now)
+        target, data = wire.target, body
+        if wire.shaped or wire.body_mode != "json":
+            target, data = wire.request(event_id, event_type, attempt, ts, body, doc)
         headers = wire.headers.copy()
         headers["webhook-id"] = event_id
         headers["webhook-timestamp"] = str(ts)
-        headers["webhook-signature"] = wire.signer.signature(event_id, ts, body)
+        # Signed over the bytes actually sent (empty without a body).
+        headers["webhook-signature"] = wire.signer.signature(event_id, ts, data)
+        answer = b""
         t0 = time.perf_counter()
         try:
-            async with self._session.post(
-                wire.target,
-                data=body,
+            async with self._session.request(
+                wire.method,
+                target,
+                data=data if wire.body_mode != "none" else None,
                 headers=headers,
                 allow_redirects=False,
                 timeout=wire.timeout,
+                proxy=self._proxy,
+                ssl=wire.ssl,
             ) as resp:
                 status = resp.status
                 ms = int((time.perf_counter() - t0) * 1000)
                 retry_after = resp.headers.get("retry-after")
                 try:
-                    await self._drain(resp)
+                    answer = await self._drain(resp, keep=wire.success is not None)
                 except (aiohttp.ClientError, OSError, TimeoutError):
                     # The status line arrived in time: that is the answer.
                     # A body cut short after a 2xx is still a delivery
@@ -205,6 +338,14 @@ class Sender:
             return self._failed(Verdict.RETRYABLE, t0, f"{type(exc).__name__}: {exc}")
         verdict = classify_status(status)
         if verdict is Verdict.SUCCESS:
+            if wire.success is not None and not body_matches(wire.success, answer):
+                # Postback receivers answer 200 with success=false.
+                return AttemptResult(
+                    verdict=Verdict.RETRYABLE,
+                    status_code=status,
+                    response_ms=ms,
+                    error="response did not match success_body",
+                )
             return AttemptResult(verdict=verdict, status_code=status, response_ms=ms)
         wait = parse_retry_after(retry_after, now) if status in (429, 503) else None
         return AttemptResult(
@@ -217,15 +358,20 @@ class Sender:
             overloaded=status in (429, 503),
         )
 
-    async def _drain(self, resp: aiohttp.ClientResponse) -> None:
+    async def _drain(self, resp: aiohttp.ClientResponse, *, keep: bool = False) -> bytes:
         # Up to the cap, so a small body leaves the connection reusable; a
         # bigger one is abandoned and the connection closed on release.
+        # Kept (for --success-body) only when asked.
         left = self._body_cap
+        kept: list[bytes] = []
         while left > 0:
             chunk = await resp.content.read(left)
             if not chunk:
-                return
+                break
             left -= len(chunk)
+            if keep:
+                kept.append(chunk)
+        return b"".join(kept)
 
     @staticmethod
     def _failed(

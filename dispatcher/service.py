@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from . import catalog
 from .db import Conn
 from .errors import BadInput
@@ -34,6 +36,7 @@ from .inputs import (
 from .models import SETTING_NAMES, EndpointSpec
 from .rows import EndpointRecord
 from .secretbox import SecretBox, seal, unseal
+from .shaping import url_sample
 from .signing import SIGNING_KEY_PREFIX, generate_secret, generate_signing_key, public_key
 from .ssrf import TargetPolicy, check_resolved, check_target, parse_target
 
@@ -55,6 +58,7 @@ async def vet_target(url: str, targets: TargetPolicy) -> None:
     name resolves to now. A name that does not resolve (yet), or a resolver
     that does not answer in time, is accepted: the sender checks every
     connection after DNS anyway, and a receiver's DNS may go live later."""
+    url = url_sample(url)
     check_target(url, targets)
     if targets.allow_private:
         return
@@ -80,6 +84,11 @@ def endpoint_public(record: EndpointRecord, *, secret: str | None = None) -> dic
     out["event_types"] = list(record.event_types)
     # Header values are often a receiver's credentials: names only.
     out["headers"] = {name: HEADER_MASK for name, _ in record.headers}
+    out["body"] = record.body_mode
+    out["filter"] = None if record.filter is None else orjson.loads(record.filter)
+    # A client key is a credential, and the certificate goes with it.
+    out["client_cert"] = None if record.client_cert is None else HEADER_MASK
+    out["client_key"] = None if record.client_key is None else HEADER_MASK
     out["enabled"] = record.enabled
     out["disabled_reason"] = record.disabled_reason
     out["created_at"] = record.created_at
@@ -154,11 +163,11 @@ async def update_endpoint(
         if targets is not None and spec.url != current.url:
             await vet_target(spec.url, targets)
         elif targets is not None:
-            check_target(spec.url, targets)
+            check_target(url_sample(spec.url), targets)
         stored = current.headers
         if "headers" in patch:
             stored = _patched_headers(current.headers, spec.headers, box)
-        record = await catalog.update_endpoint(conn, endpoint_id, spec, stored)
+        record = await catalog.update_endpoint(conn, endpoint_id, spec, stored, box)
     return endpoint_public(record)
 
 

@@ -88,6 +88,9 @@ class Settings:
     allowed_networks: tuple[str, ...] = ()  # private networks allowed despite the SSRF guard
     max_payload_bytes: int = 256 * 1024
     sensitive_fields: tuple[str, ...] = SENSITIVE_FIELDS
+    # Egress: every request through this HTTP proxy; extra trusted CAs (PEM).
+    http_proxy: str | None = None
+    ca_file: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -113,6 +116,8 @@ class Settings:
             allowed_networks=_networks(env.get("DISPATCHER_ALLOWED_NETWORKS", "")),
             max_payload_bytes=max(1, _int(env, "DISPATCHER_MAX_PAYLOAD_BYTES", 256 * 1024)),
             sensitive_fields=_names(env.get("DISPATCHER_SENSITIVE_FIELDS"), SENSITIVE_FIELDS),
+            http_proxy=env.get("DISPATCHER_HTTP_PROXY") or None,
+            ca_file=env.get("DISPATCHER_CA_FILE") or None,
         )
 
     def target_policy(self) -> TargetPolicy:

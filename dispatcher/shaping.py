@@ -110,6 +110,14 @@ def parse_template(url: str) -> Template:
     return Template(parts=tuple(parts), names=tuple(names))
 
 
+def url_sample(url: str) -> str:
+    """What the URL checks (shape, SSRF guard) judge: the URL with each
+    macro as a plain value, after the template itself is checked."""
+    if not isinstance(url, str):
+        raise BadInput("url must be a string")
+    return parse_template(url).sample()
+
+
 def lookup(payload: Any, name: str, builtins: Mapping[str, str]) -> str:
     """A macro's text: a built-in, or the payload field at the dotted path."""
     if name in BUILTINS and name in builtins:

@@ -29,6 +29,9 @@ def endpoint_from_row(
     settings = settings_from_row(row)
     # Header values are often the receiver's credentials: sealed like secrets.
     settings["headers"] = unseal_headers(box, settings["headers"])
+    for name in ("client_cert", "client_key"):
+        if settings[name] is not None:
+            settings[name] = unseal(box, settings[name])
     return Endpoint(
         id=row["id"],
         url=row["url"],
@@ -118,6 +121,7 @@ async def claim(
             body=r[3].encode(),
             attempt_count=r[4],
             max_attempts=r[5],
+            event_type=r[6],
         )
         for r in rows
     ]
