@@ -318,7 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--header", action="append", metavar="'NAME: VALUE'",
                      help="an extra request header (repeatable)")  # fmt: skip
     for flag, choices, text in SHAPING_FLAGS:
-        add.add_argument(flag, choices=choices, default=None, help=text)
+        upper = flag == "--method"  # GET and get alike
+        add.add_argument(flag, choices=choices, default=None, help=text,
+                         type=str.upper if upper else str)  # fmt: skip
     add.add_argument(
         "--signature",
         choices=("v1", "v1a"),

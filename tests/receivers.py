@@ -16,6 +16,9 @@ class Received:
     headers: dict[str, str]
     body: bytes
     at: float
+    method: str = "POST"
+    query: str = ""  # the raw query string, as sent
+    raw: str = ""  # the request target (path and query) exactly as sent
 
 
 Behaviour = Callable[["Receiver", web.Request, bytes], Awaitable[web.StreamResponse]]
@@ -38,6 +41,16 @@ def sequence(*codes: int) -> Behaviour:
     async def answer(r: Receiver, req: web.Request, _: bytes) -> web.StreamResponse:
         n = len(r.requests_to(req.path)) - 1
         return web.Response(status=codes[n] if n < len(codes) else 200)
+
+    return answer
+
+
+def bodies(*texts: str) -> Behaviour:
+    """Answers 200 with each body in turn, then the last one forever."""
+
+    async def answer(r: Receiver, req: web.Request, _: bytes) -> web.StreamResponse:
+        n = len(r.requests_to(req.path)) - 1
+        return web.Response(status=200, text=texts[min(n, len(texts) - 1)])
 
     return answer
 
@@ -76,7 +89,9 @@ class Receiver:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
-        self.received.append(Received(request.path, dict(request.headers), body, time.time()))
+        self.received.append(Received(request.path, dict(request.headers), body, time.time(),
+                                      request.method, request.raw_path.partition("?")[2],
+                                      request.raw_path))  # fmt: skip
         self.arrived.set()
         behaviour = self.routes.get(request.path, ok)
         return await behaviour(self, request, body)
