@@ -21,12 +21,15 @@ from .models import SETTING_NAMES, EndpointSpec
 from .rows import (
     AlertInputs,
     Attempt,
+    BreakerTransition,
     DeadLetter,
     DeadLetterGroup,
     DeliveryView,
     EndpointHealth,
     EndpointRecord,
+    FailedAttempt,
     HealthSummary,
+    LatencyPoint,
     QueueGauges,
     TimelinePoint,
 )
@@ -63,6 +66,8 @@ def _record(row: asyncpg.Record | None, endpoint_id: int | None = None) -> Endpo
         id=row["id"],
         url=row["url"],
         sealed_secret=row["secret"],
+        name=row["name"],
+        description=row["description"],
         enabled=row["enabled"],
         disabled_reason=row["disabled_reason"],
         created_at=row["created_at"],
@@ -88,7 +93,7 @@ def unseal_headers(box: SecretBox | None, headers: Headers) -> Headers:
 
 
 def _settings_args(spec: EndpointSpec) -> tuple[object, ...]:
-    """The settings columns of insert_endpoint and update_endpoint, in order."""
+    """The settings and label columns of insert_endpoint and update_endpoint, in order."""
     return (
         list(spec.event_types),
         spec.rate_per_s,
@@ -100,6 +105,8 @@ def _settings_args(spec: EndpointSpec) -> tuple[object, ...]:
         spec.retry_cap_ms,
         spec.failure_threshold,
         spec.cooldown_s,
+        spec.name,
+        spec.description,
     )
 
 
@@ -323,3 +330,25 @@ async def status_counts(conn: Conn) -> dict[str, int]:
 
 async def breaker_transitions(conn: Conn, offset: int = 0) -> list[dict[str, Any]]:
     return [dict(r) for r in await conn.fetch(Q["breaker_transitions"], offset)]
+
+
+# ---------------------------------------------------------------- one endpoint's history
+
+
+async def endpoint_latency_timeline(
+    conn: Conn, endpoint_id: int, span_s: float, bucket_s: float
+) -> list[LatencyPoint]:
+    rows = await conn.fetch(Q["endpoint_latency_timeline"], endpoint_id, span_s, bucket_s)
+    return _typed(LatencyPoint, rows)
+
+
+async def endpoint_transitions(conn: Conn, endpoint_id: int, limit: int) -> list[BreakerTransition]:
+    rows = await conn.fetch(Q["endpoint_transitions"], endpoint_id, limit)
+    return _typed(BreakerTransition, rows)
+
+
+async def endpoint_recent_failures(
+    conn: Conn, endpoint_id: int, span_s: float, limit: int
+) -> list[FailedAttempt]:
+    rows = await conn.fetch(Q["endpoint_recent_failures"], endpoint_id, span_s, limit)
+    return _typed(FailedAttempt, rows)

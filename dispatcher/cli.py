@@ -123,7 +123,7 @@ async def cmd_endpoint_add(args: argparse.Namespace, settings: Settings) -> int:
     )
 
 
-ENDPOINT_COLUMNS = ["id", "url", "enabled", "event_types", "rate_per_s", "max_in_flight",
+ENDPOINT_COLUMNS = ["id", "name", "url", "enabled", "event_types", "rate_per_s", "max_in_flight",
                     "timeout_ms", "max_attempts"]  # fmt: skip
 
 
@@ -306,6 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
     eps = group("endpoint", "manage endpoints: add, list, delete, secrets, health")
     add = cmd("add", cmd_endpoint_add, eps, help="create an endpoint (prints its secret once)")
     add.add_argument("--url", required=True, help="where deliveries are POSTed")
+    add.add_argument("--name", help="a label for people: lists and the dashboard show it")
+    add.add_argument("--description", help="a longer note on what the endpoint is for")
     add.add_argument("--secret", help="whsec_… or whsk_… (default: a new one is generated)")
     add.add_argument("--event-type", action="extend", nargs="+", metavar="T",
                      help="subscribe to these types (default: every type)")  # fmt: skip

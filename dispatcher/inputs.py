@@ -209,7 +209,7 @@ SPEC_FIELDS = frozenset(f.name for f in fields(EndpointSpec))
 
 def _typed(name: str, value: Any) -> Any:
     if value is None:
-        if name in ("rate_per_s", "burst", "secret"):
+        if name in ("rate_per_s", "burst", "secret", "name", "description"):
             return None
         raise BadInput(f"{name} must not be null")
     if name in _INT_FIELDS:
@@ -236,7 +236,7 @@ def _typed(name: str, value: Any) -> Any:
             raise BadInput("headers must be an object of name: value")
         if not all(isinstance(h, tuple) and len(h) == 2 for h in value):
             raise BadInput("headers must be an object of name: value")
-    elif name in ("url", "secret") and not isinstance(value, str):
+    elif name in ("url", "secret", "name", "description") and not isinstance(value, str):
         raise BadInput(f"{name} must be a string")
     return value
 

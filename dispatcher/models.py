@@ -140,6 +140,9 @@ class EndpointSpec(EndpointSettings):
 
     url: str
     secret: str | None = None
+    # Labels for people (dashboards, lists); the worker never reads them.
+    name: str | None = None
+    description: str | None = None
 
     def validate(self) -> None:
         from .errors import BadInput
@@ -164,6 +167,18 @@ class EndpointSpec(EndpointSettings):
         ):
             raise BadInput("event types must be non-empty printable strings")
         validate_headers(self.headers)
+        validate_labels(self.name, self.description)
+
+
+def validate_labels(name: str | None, description: str | None) -> None:
+    from .errors import BadInput
+
+    if name is not None and (not 0 < len(name) <= 100 or not name.isprintable()):
+        raise BadInput("name must be 1..100 printable characters")
+    if description is not None and (
+        len(description) > 1000 or not all(c in "\n\t" or c.isprintable() for c in description)
+    ):
+        raise BadInput("description must be at most 1000 characters, without control characters")
 
 
 # Headers a user may not set: ours (the signature would no longer match what
