@@ -190,10 +190,19 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         return json_error(500, "internal error")
 
 
+# The sign-in page sends `same-origin` instead: under `no-referrer` a
+# browser's form POST carries `Origin: null`, and /login, which checks the
+# Origin, would refuse every real sign-in. Its URL never holds a secret.
+PAGE_MAY_SET = frozenset({"Referrer-Policy"})
+
+
 async def add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
     """on_response_prepare: every answer, including aiohttp's own, carries them."""
     for name, value in SECURITY_HEADERS.items():
-        response.headers[name] = value
+        if name in PAGE_MAY_SET:
+            response.headers.setdefault(name, value)
+        else:
+            response.headers[name] = value
 
 
 def install(app: web.Application, token: str) -> None:
