@@ -502,3 +502,13 @@ WHERE l.endpoint_id = $1 AND l.measured_at > now() - make_interval(secs => $2::f
   AND (l.error IS NOT NULL OR l.status_code IS NULL OR l.status_code NOT BETWEEN 200 AND 299)
 ORDER BY l.measured_at DESC
 LIMIT $3;
+
+-- name: newest_id
+SELECT coalesce(max(id), 0) FROM webhook_queue;
+
+-- name: probe_new_rows
+-- The idle probe: the rows above a watermark the prober keeps about a
+-- second behind the newest id. A commit of new rows changes the count;
+-- claims and outcomes (updates) do not. One range scan of the primary key,
+-- as long as the rows of the last second or so.
+SELECT count(*) AS n, coalesce(max(id), $1) AS top FROM webhook_queue WHERE id > $1;

@@ -200,6 +200,21 @@ async def begin_probe(conn: Conn, endpoint_id: int, worker: str, stale_after_s: 
     return await conn.fetchval(Q["begin_probe"], endpoint_id, worker, stale_after_s) is not None
 
 
+# ---------------------------------------------------------------- the idle probe
+
+
+async def newest_id(conn: Conn) -> int:
+    n: int = await conn.fetchval(Q["newest_id"])
+    return n
+
+
+async def probe_new_rows(conn: Conn, above: int) -> tuple[int, int]:
+    """(rows with an id above `above`, the highest such id or `above`)."""
+    row = await conn.fetchrow(Q["probe_new_rows"], above)
+    assert row is not None
+    return int(row["n"]), int(row["top"])
+
+
 # ---------------------------------------------------------------- maintenance
 
 
