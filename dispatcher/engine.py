@@ -1,6 +1,6 @@
 """The engine: owns the event loop's flow for one worker process.
 
-wait (NOTIFY | poll | freed slots | stop) → claim a batch sized to what each
+wait (probe | NOTIFY | poll | freed slots | stop) → claim a batch sized to what each
 endpoint can start → one task per row (gate → sign → POST) → outcomes to the
 recorder, which writes them in batches. No transaction is open while a
 request is in flight; claims continue while earlier rows are still being sent.
@@ -35,6 +35,7 @@ from .listener import Listener
 from .maintenance import Maintenance
 from .metrics import Metrics
 from .models import AttemptResult, Delivery, Outcome, Stats, Status, Verdict
+from .prober import Prober
 from .recorder import Recorder
 from .refresher import Refresher
 from .retry import decide
@@ -84,6 +85,7 @@ class Engine:
         self._fatal: BaseException | None = None
         self._inflight = 0  # rows claimed and not yet resolved to an outcome
         self._since_claim = 0
+        self._last_got = 0  # rows the loop's last claim got: the prober's busy signal
         self._tasks: dict[asyncio.Task[tuple[Outcome, AttemptResult | None]], Job] = {}
         self._background: list[asyncio.Task[None]] = []
         self._claim_failing_since = 0.0
@@ -144,6 +146,9 @@ class Engine:
             if self.metrics is not None:
                 self.metrics.watch_worker(lambda: db.connected, lambda: self.waiting_outcomes)
             self._supervise("listener", self._listener.run())
+            # Producers do not NOTIFY (schema 005): new rows are found by probing.
+            prober = Prober(pool, self._wake, db, busy=lambda: self._last_got > 0)
+            self._supervise("prober", prober.run())
             self._supervise("flusher", self._recorder.run())
             self._supervise("refresher", self._refresher.run())
             self._supervise("maintenance", maintenance.run())
@@ -177,6 +182,7 @@ class Engine:
         while not self._stopping:
             self._wake.clear()
             got, budget_left = await self._claim()
+            self._last_got = got
             if self._stopping:
                 break
             if self._drain and got == 0 and self._inflight == 0 and not self._claim_failed:
