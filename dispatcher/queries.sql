@@ -512,3 +512,18 @@ SELECT coalesce(max(id), 0) FROM webhook_queue;
 -- claims and outcomes (updates) do not. One range scan of the primary key,
 -- as long as the rows of the last second or so.
 SELECT count(*) AS n, coalesce(max(id), $1) AS top FROM webhook_queue WHERE id > $1;
+
+-- name: table_health
+-- The hot tables' dead rows, whether autovacuum will see to them (the
+-- server's settings and the table's own), and when they were last vacuumed.
+SELECT s.relname AS table, s.n_live_tup AS live, s.n_dead_tup AS dead,
+       current_setting('autovacuum') = 'on' AND current_setting('track_counts') = 'on'
+           AND NOT coalesce('autovacuum_enabled=false' = ANY (c.reloptions), false)
+           AS autovacuum_on,
+       extract(epoch FROM now() - greatest(s.last_vacuum, s.last_autovacuum))::float8
+           AS since_vacuum_s,
+       pg_total_relation_size(s.relid) AS total_bytes,
+       s.vacuum_count, s.autovacuum_count
+FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+WHERE s.relname = ANY ($1::text[]) AND s.schemaname = current_schema()
+ORDER BY s.relname;

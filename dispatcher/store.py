@@ -19,6 +19,9 @@ from .db import MAINTENANCE_LOCK, Conn, Q
 from .models import Delivery, Endpoint, Outcome
 from .secretbox import PREFIX as SEALED
 from .secretbox import SecretBox, SecretUnreadable, unseal
+from .tablehealth import HOT_TABLES, TableHealth
+
+VACUUM_LOCK = MAINTENANCE_LOCK + 1
 
 # ---------------------------------------------------------------- endpoints
 
@@ -247,6 +250,25 @@ async def maintain(
         if done:
             return 0
     return cursor
+
+
+async def table_health(conn: Conn) -> list[TableHealth]:
+    rows = await conn.fetch(Q["table_health"], list(HOT_TABLES))
+    return [TableHealth(**dict(r)) for r in rows]
+
+
+async def try_vacuum_lock(conn: Conn) -> bool:
+    """A session lock: one worker vacuums at a time (released when its
+    dedicated connection closes)."""
+    return bool(await conn.fetchval("SELECT pg_try_advisory_lock($1)", VACUUM_LOCK))
+
+
+async def vacuum(conn: Conn, table: str) -> None:
+    """VACUUM (ANALYZE) of one hot table; outside any transaction, so on a
+    connection of its own (it may take a while on a large table)."""
+    if table not in HOT_TABLES:
+        raise ValueError(f"not a table maintenance vacuums: {table!r}")
+    await conn.execute(f"VACUUM (ANALYZE) {table}")
 
 
 async def prune_delivered_batch(
