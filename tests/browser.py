@@ -155,12 +155,13 @@ class Page:
 async def browser(profile: Path) -> AsyncIterator[Page]:
     """A fresh Chromium (its own profile, so no cookies carry over) and its page."""
     assert CHROMIUM is not None
+    port_file = profile / "DevToolsActivePort"
+    port_file.unlink(missing_ok=True)  # a reused profile's would name a dead port
     proc = await asyncio.create_subprocess_exec(
         CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--window-size=1280,900", "about:blank",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        port_file = profile / "DevToolsActivePort"
         for _ in range(300):
             if port_file.exists() and port_file.read_text().count("\n") >= 1:
                 break

@@ -89,6 +89,8 @@ export function ms(v) {
 
 export function duration(seconds) {
   if (seconds === null || seconds === undefined) return "–";
+  if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
+  if (seconds < 10) return `${Number(seconds.toFixed(1))} s`;
   const s = Math.round(seconds);
   if (s < 120) return `${s} s`;
   if (s < 7200) return `${Math.round(s / 60)} min`;

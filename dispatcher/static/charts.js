@@ -2,21 +2,26 @@
 // classes (dashboard.css), never style attributes: the CSP refuses inline style.
 import { esc, num } from "./api.js";
 
-export const RANGES = [[5, "5 min"], [30, "30 min"], [180, "3 h"], [1440, "24 h"]];
+export const RANGES = [[1, "1 min"], [5, "5 min"], [30, "30 min"], [180, "3 h"], [1440, "24 h"]];
 
-// Buttons choosing the minutes a chart covers; `onPick(minutes)` on a click.
-export function rangePicker(el, minutes, onPick) {
-  const draw = current => {
+// One choice for every chart: the endpoint pages show the span the overview
+// was showing. Five minutes by default: a burst of a few seconds (the demo's)
+// still spans several one-second buckets there.
+export const range = { minutes: 5 };
+
+// Buttons choosing the minutes the charts cover; `onPick()` after a click.
+export function rangePicker(el, onPick) {
+  const draw = () => {
     el.innerHTML = RANGES.map(([m, text]) =>
-      `<button type="button" data-minutes="${m}" aria-pressed="${m === current}">${text}</button>`).join("");
+      `<button type="button" data-minutes="${m}" aria-pressed="${m === range.minutes}">${text}</button>`).join("");
   };
-  draw(minutes);
+  draw();
   el.addEventListener("click", ev => {
     const b = ev.target.closest("button[data-minutes]");
     if (!b) return;
-    const m = Number(b.dataset.minutes);
-    draw(m);
-    onPick(m);
+    range.minutes = Number(b.dataset.minutes);
+    draw();
+    onPick();
   });
 }
 

@@ -80,9 +80,9 @@ export function render(root, endpointText) {
     if (optionsFor !== key) {
       optionsFor = key;
       $("#dl-endpoint").innerHTML = endpointOptions(endpoint, "all endpoints");
-      $("#bulk-endpoint").innerHTML = endpointOptions(endpoint);
+      $("#bulk-endpoint").innerHTML = endpointOptions(endpoint, "choose an endpoint");
     }
-    $("#dl-list").innerHTML = table(["dead since", "endpoint", "event", "type", "attempts", "last result", ""],
+    $("#dl-list").innerHTML = table(["dead at", "endpoint", "event", "type", "attempts", "last result", ""],
       rows.map(row), endpoint ? "no dead letters for this endpoint" : "no dead letters");
   }
   return { refresh, every: 5000 };

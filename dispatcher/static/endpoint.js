@@ -1,9 +1,7 @@
 // One endpoint's page (#/endpoints/ID): how fast it answers over time, when
 // its breaker moved, what failed lately, and the switch to stop or resume it.
-import { get, post, act, loadEndpoints, label, esc, num, ms, duration, when, breakerPill, result, table } from "./api.js";
-import { rangePicker, lineChart } from "./charts.js";
-
-let minutes = 30;
+import { get, post, act, showError, loadEndpoints, label, esc, num, ms, duration, when, breakerPill, result, table } from "./api.js";
+import { range, rangePicker, lineChart } from "./charts.js";
 
 function skeleton(id) {
   return `
@@ -58,13 +56,12 @@ export function render(root, idText) {
   const id = Number(idText);
   root.innerHTML = skeleton(id);
   const $ = sel => root.querySelector(sel);
-  let redraw = () => {};
-  rangePicker($("#range"), minutes, m => { minutes = m; redraw(); });
+  rangePicker($("#range"), () => refresh().catch(showError));
 
   async function refresh() {
     const [, endpoint, health, activity] = await Promise.all([
       loadEndpoints(), get(`/v1/endpoints/${id}`), get("/v1/endpoints/health"),
-      get(`/v1/endpoints/${id}/activity?minutes=${minutes}`),
+      get(`/v1/endpoints/${id}/activity?minutes=${range.minutes}`),
     ]);
     const h = health.find(r => r.endpoint_id === id);
     $("#ep-name").textContent = label(id);
@@ -92,7 +89,6 @@ export function render(root, idText) {
     $("#failures").innerHTML = table(["when", "event", "type", "result", "response"],
       activity.failures.map(failureRow), "no failed attempts in this range");
   }
-  redraw = () => refresh().catch(() => {});
 
   const toggle = action => act(async () => {
     await post(`/v1/endpoints/${id}/${action}`);

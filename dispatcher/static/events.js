@@ -15,7 +15,7 @@ function skeleton(eventId) {
       <button type="submit">Find</button>
     </form>
   </section>
-  <section class="wide" id="event-result"${eventId ? "" : " hidden"}><h2 id="event-title"></h2><div id="deliveries"></div></section>`;
+  <section class="wide" id="event-result"${eventId ? "" : " hidden"}><h2 id="event-title" class="plain"></h2><div id="deliveries"></div></section>`;
 }
 
 function attemptRows(attempts) {

@@ -1,9 +1,7 @@
 // The front page: is the pipeline healthy, what is firing, which endpoint
 // needs a look. Every endpoint is named and links to its own page.
-import { get, loadEndpoints, endpointLink, esc, num, ms, duration, when, breakerPill, result, table } from "./api.js";
-import { rangePicker, lineChart } from "./charts.js";
-
-let minutes = 5;
+import { get, showError, loadEndpoints, endpointLink, esc, num, ms, duration, when, breakerPill, result, table } from "./api.js";
+import { range, rangePicker, lineChart } from "./charts.js";
 
 const SKELETON = `
   <section class="wide"><h2>Pipeline</h2><div class="tiles" id="tiles"></div></section>
@@ -25,9 +23,12 @@ const ALERTS = {
   dead_letters_rising: a => a.firing
     ? `Dead letters rising: ${num(a.value)} in the last hour (${num(a.threshold)} the hour before). <a href="#/dead-letters">See them</a>`
     : `Dead letters steady: ${num(a.value)} in the last hour, ${num(a.threshold)} the hour before.`,
-  oldest_pending: a => a.value === null
-    ? "Nothing is waiting to be delivered."
-    : `Oldest undelivered event is ${duration(a.value)} old${a.firing ? ", over" : "; the limit is"} ${duration(a.threshold)}${a.firing ? ", the longest a retry should wait" : ""}.`,
+  oldest_pending: a => {
+    if (a.value === null) return "Nothing is waiting to be delivered.";
+    return a.firing
+      ? `Oldest undelivered event is ${duration(a.value)} old, longer than the ${duration(a.threshold)} a retry may wait.`
+      : `Oldest undelivered event is ${duration(a.value)} old (alert after ${duration(a.threshold)}).`;
+  },
   slow_endpoints: a => a.firing
     ? `Slow endpoints (p95 over ${num(a.threshold)} ms): ${a.value.map(endpointLink).join(", ")}.`
     : `No endpoint's p95 is over ${num(a.threshold)} ms.`,
@@ -69,12 +70,11 @@ function dlqRow(d) {
 
 export function render(root) {
   root.innerHTML = SKELETON;
-  let redraw = () => {};
-  rangePicker(root.querySelector("#range"), minutes, m => { minutes = m; redraw(); });
+  rangePicker(root.querySelector("#range"), () => refresh().catch(showError));
   async function refresh() {
     const [h, eps, alerts, dlq, tl] = await Promise.all([
       get("/v1/health"), get("/v1/endpoints/health"), get("/v1/alerts"), get("/v1/dead-letters/analyze"),
-      get(`/v1/timeline?minutes=${minutes}`), loadEndpoints(),
+      get(`/v1/timeline?minutes=${range.minutes}`), loadEndpoints(),
     ]);
     root.querySelector("#tiles").innerHTML = tiles(h);
     root.querySelector("#alerts").innerHTML = Object.entries(alerts).map(([k, a]) => alertLine(k, a)).join("");
@@ -91,6 +91,5 @@ export function render(root) {
     root.querySelector("#dlq").innerHTML = table(
       ["endpoint", "dead", "most common result", "pattern", "suggested action"], dlq.map(dlqRow), "no dead letters");
   }
-  redraw = () => refresh().catch(() => {});
   return { refresh, every: 2000 };
 }
