@@ -96,5 +96,6 @@ export function render(root, idText) {
   });
   $("#ep-disable").addEventListener("click", toggle("disable"));
   $("#ep-enable").addEventListener("click", toggle("enable"));
-  return { refresh, every: 3000 };
+  // Percentiles over a day rescan a day of samples: wide ranges poll slower.
+  return { refresh, every: () => (range.minutes <= 5 ? 3000 : range.minutes <= 30 ? 10000 : 30000) };
 }

@@ -48,7 +48,12 @@ function delivery(d, open) {
 }
 
 export function render(root, eventIdRaw) {
-  const eventId = eventIdRaw ? decodeURIComponent(eventIdRaw) : "";
+  let eventId = "";
+  try {
+    eventId = eventIdRaw ? decodeURIComponent(eventIdRaw) : "";
+  } catch {
+    eventId = eventIdRaw; // typed into the address bar with a stray %: take it as it is
+  }
   root.innerHTML = skeleton(eventId);
   const $ = sel => root.querySelector(sel);
   const open = new Set();

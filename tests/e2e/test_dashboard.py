@@ -178,10 +178,14 @@ async def test_sign_in_takes_no_token_from_the_address(console: str, tmp_path: P
 async def test_narrow_screen_keeps_the_console_usable(
     conn: asyncpg.Connection, receiver: Receiver, console: str, tmp_path: Path
 ) -> None:
-    await add_endpoint(conn, receiver.url("/a-rather-long-path/for/a/narrow/screen"), name="Shop")
+    # A name is text wherever it shows, never markup.
+    name = '<b id="pwned">Shop</b>'
+    await add_endpoint(conn, receiver.url("/a-rather-long-path/for/a/narrow/screen"), name=name)
     async with browser(tmp_path / "profile") as page:
         await page.resize(390, 844)
         await _sign_in(page, console)
+        assert name in await page.text("#endpoints")
+        assert await page.eval("document.querySelector('#pwned') === null")
         # Nothing wider than the screen but the tables, which scroll in place.
         assert await page.eval("document.documentElement.scrollWidth <= window.innerWidth")
         await page.click('header nav a[href="#/events"]')
