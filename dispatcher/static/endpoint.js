@@ -28,7 +28,7 @@ function skeleton(id) {
 
 function settings(e) {
   const rows = [
-    ["event types", e.event_types.join(", ")],
+    ["event types", e.event_types.includes("*") ? "every type" : e.event_types.join(", ")],
     ["timeout", ms(e.timeout_ms)],
     ["attempts", `up to ${num(e.max_attempts)}`],
     ["retry backoff", `up to ${duration(e.retry_base_ms / 1000)}, doubling to ${duration(e.retry_cap_ms / 1000)}`],
@@ -40,7 +40,7 @@ function settings(e) {
 }
 
 function transitionRow(t) {
-  const cooldown = t.to_state === "open" && t.cooldown_seconds ? `cooldown ${duration(t.cooldown_seconds)}` : "";
+  const cooldown = t.to_state === "open" && t.cooldown_seconds ? duration(t.cooldown_seconds) : "";
   return `<tr><td>${esc(when(t.at))}</td><td>${esc(t.from_state.replace("_", "-"))} → ${esc(t.to_state.replace("_", "-"))}</td><td>${esc(cooldown)}</td></tr>`;
 }
 
@@ -84,7 +84,7 @@ export function render(root, idText) {
       { values: pts.map(p => p.attempts), cls: "s-accent" },
       { values: pts.map(p => p.failures), cls: "s-bad" },
     ], { bucketS: activity.bucket_s });
-    $("#transitions").innerHTML = table(["when", "breaker", ""], activity.transitions.map(transitionRow),
+    $("#transitions").innerHTML = table(["when", "breaker", "cooldown"], activity.transitions.map(transitionRow),
       "the breaker has not moved");
     $("#failures").innerHTML = table(["when", "event", "type", "result", "response"],
       activity.failures.map(failureRow), "no failed attempts in this range");

@@ -239,6 +239,7 @@ _bodies = st.one_of(
 )  # fmt: skip
 _paths = st.sampled_from([
     "/v1/endpoints/{id}", "/v1/endpoints/{id}/disable", "/v1/endpoints/{id}/rotate-secret",
+    "/v1/endpoints/{id}/activity?minutes={id}",
     "/v1/deliveries?event_id={id}", "/v1/dead-letters?limit={id}&endpoint_id={id}",
     "/v1/dead-letters/analyze?hours={id}", "/v1/timeline?minutes={id}", "/v1/endpoints",
     "/v1/events", "/v1/dead-letters/replay", "/{id}", "/?token={id}", "/login", "/logout",
