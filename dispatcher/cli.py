@@ -165,8 +165,8 @@ async def cmd_endpoint_delete(args: argparse.Namespace, settings: Settings) -> i
     )
 
 
-HEALTH_COLUMNS = ["endpoint_id", "state", "consecutive_failures", "p50_ms", "p95_ms", "p99_ms",
-                  "sample_count", "enabled", "url"]  # fmt: skip
+HEALTH_COLUMNS = ["endpoint_id", "name", "state", "consecutive_failures", "p50_ms", "p95_ms",
+                  "p99_ms", "sample_count", "enabled", "url"]  # fmt: skip
 
 
 async def cmd_endpoint_health(args: argparse.Namespace, settings: Settings) -> int:
@@ -215,7 +215,7 @@ async def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
     )
 
 
-SLOW_COLUMNS = ["endpoint_id", "url", "p50_ms", "p95_ms", "p99_ms", "sample_count", "state"]
+SLOW_COLUMNS = ["endpoint_id", "name", "url", "p50_ms", "p95_ms", "p99_ms", "sample_count", "state"]
 
 
 async def cmd_slow(args: argparse.Namespace, settings: Settings) -> int:

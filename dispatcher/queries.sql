@@ -256,7 +256,7 @@ WHERE ctid = ANY (ARRAY(
     LIMIT $2));
 
 -- name: endpoint_health_report
-SELECT e.id AS endpoint_id, e.url, e.enabled, h.state, h.consecutive_failures,
+SELECT e.id AS endpoint_id, e.name, e.url, e.enabled, h.state, h.consecutive_failures,
        h.failure_threshold, h.opened_at, h.cooldown_seconds,
        h.p50_ms, h.p95_ms, h.p99_ms, h.sample_count, h.last_failure_at, h.last_success_at,
        e.max_in_flight, e.rate_per_s, e.burst

@@ -114,6 +114,8 @@ async def test_endpoints_carry_a_name_and_description(api: aiohttp.ClientSession
             assert "error" in await r.json()
     async with api.get("/v1/endpoints") as r:
         assert [e["name"] for e in await r.json()] == ["Billing"]
+    async with api.get("/v1/endpoints/health") as r:
+        assert [e["name"] for e in await r.json()] == ["Billing"]
 
 
 async def test_endpoint_add_takes_a_name_on_the_command_line(db_url: str) -> None:
@@ -122,8 +124,9 @@ async def test_endpoint_add_takes_a_name_on_the_command_line(db_url: str) -> Non
     assert code == 0, err
     doc = orjson.loads(out)
     assert doc["name"] == "Shop" and doc["description"] == "orders"
-    code, out, _ = await cli(db_url, "endpoint", "list")
-    assert code == 0 and "Shop" in out
+    for command in (("endpoint", "list"), ("endpoint", "health")):
+        code, out, _ = await cli(db_url, *command)
+        assert code == 0 and "Shop" in out, command
 
 
 async def test_endpoint_activity_shows_percentiles_failures_and_breaker(
