@@ -29,7 +29,7 @@ from .errors import BadInput, Conflict, DispatcherError, TargetRefused, UnknownE
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # Open: the probes, the sign-in, the dashboard's code and styles (no data),
-# and `/`, which signs in or answers 401 itself.
+# and `/`, which shows the sign-in form itself (401) to a caller without a session.
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/login", "/"})
 OPEN_PREFIX = "/static/"
 SESSION_COOKIE = "dispatcher_session"
