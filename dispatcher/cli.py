@@ -422,6 +422,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="where the dashboard is served during the demo",
     )
+    demo.add_argument("--keep", action="store_true",
+                      help="after the story, keep the worker, receivers and dashboard up "
+                           "until Ctrl-C")  # fmt: skip
     demo.add_argument("--linger-s", type=float, default=0.0,
                       help="keep the dashboard up this long after the story")  # fmt: skip
 

@@ -96,6 +96,7 @@ async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
         events=args.events,
         http=args.http,
         linger_s=args.linger_s,
+        keep=args.keep,
         database=args.database,
     )
     return code
