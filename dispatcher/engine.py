@@ -26,7 +26,7 @@ from typing import Any
 
 import asyncpg
 
-from . import log, planner, store
+from . import log, planner, store, window
 from .connectivity import Connectivity
 from .db import DATABASE_ERRORS, Conn, acquire, create_pool, require_schema
 from .errors import OperationalError
@@ -73,6 +73,7 @@ class Engine:
             allow_private=settings.allow_private_targets,
             allowed_networks=settings.allowed_networks,
             body_cap=settings.response_body_cap,
+            ca_file=settings.ca_file,
         )
         self._draw = random_draw
         self.metrics = metrics
@@ -84,6 +85,10 @@ class Engine:
         self._drain = False
         self._fatal: BaseException | None = None
         self._inflight = 0  # rows claimed and not yet resolved to an outcome
+        # How many rows may be in flight: sized from the loop's headroom
+        # unless --max-in-flight fixed it (window.py).
+        self._window = window.initial(settings.max_in_flight, now=time.monotonic())
+        self._window_max = self._window.limit
         self._since_claim = 0
         self._last_got = 0  # rows the loop's last claim got: the prober's busy signal
         self._tasks: dict[asyncio.Task[tuple[Outcome, AttemptResult | None]], Job] = {}
@@ -112,12 +117,24 @@ class Engine:
     def waiting_outcomes(self) -> int:
         return 0 if self._recorder is None else self._recorder.waiting
 
+    @property
+    def window(self) -> int:
+        """Rows this process may have in flight now."""
+        return self._window.limit
+
     def _holding(self) -> tuple[int, int]:
         """What the heartbeat reports: rows in flight, outcomes not yet written."""
         return self._inflight, self.waiting_outcomes
 
     async def run(self, *, drain: bool = False) -> None:
         self._drain = drain
+        # The descriptor limit as the process runs with it (cmd_run lifts it).
+        self._window = window.initial(
+            self.settings.max_in_flight,
+            now=time.monotonic(),
+            ceiling=window.ceiling_for(_fd_limit()),
+        )
+        self._window_max = self._window.limit
         # Claims and outcomes commit asynchronously unless told otherwise: a
         # write lost to a database crash means a re-delivery (the row's lease
         # runs out), never a lost event, and the WAL flush per statement
@@ -152,13 +169,15 @@ class Engine:
             self._supervise("flusher", self._recorder.run())
             self._supervise("refresher", self._refresher.run())
             self._supervise("maintenance", maintenance.run())
+            self._supervise("window", self._pace())
             log.event("engine_started", worker=self.worker, drain=drain)
             await self._loop()
         finally:
             await self._wind_down()
             log.event("engine_stopped", worker=self.worker, delivered=self.stats.delivered,
                       retried=self.stats.retried, dead=self.stats.dead,
-                      released=self.stats.released)  # fmt: skip
+                      released=self.stats.released, window=self._window.limit,
+                      window_max=self._window_max)  # fmt: skip
         if self._fatal is not None:
             raise OperationalError(f"worker stopped: {self._fatal}")
 
@@ -199,6 +218,22 @@ class Engine:
                 self.metrics.in_flight.set(self._inflight)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), poll)
+
+    async def _pace(self) -> None:
+        """Samples the loop's lag and resizes the window (window.py); room
+        that opens up is claimed at once."""
+        loop = asyncio.get_running_loop()
+        while True:
+            t0 = loop.time()
+            await asyncio.sleep(window.SAMPLE_S)
+            now = loop.time()
+            before = self._window.limit
+            self._window = window.sampled(
+                self._window, now - t0 - window.SAMPLE_S, self._inflight, time.monotonic()
+            )
+            if self._window.limit > before:
+                self._window_max = max(self._window_max, self._window.limit)
+                self._wake.set()
 
     async def _flush_all(self) -> None:
         if self._recorder is not None:
@@ -244,7 +279,7 @@ class Engine:
     # ------------------------------------------------------------ claiming
 
     def _claim_threshold(self) -> int:
-        return max(1, min(self.settings.batch_size, self.settings.max_in_flight) // 8)
+        return max(1, min(self.settings.batch_size, self._window.limit) // 8)
 
     def _wants(self) -> list[planner.Want]:
         now = time.monotonic()
@@ -260,7 +295,7 @@ class Engine:
 
     async def _claim(self) -> tuple[int, bool]:
         """Claims what can be started now. Returns (rows, budget left after)."""
-        free = self.settings.max_in_flight - self._inflight
+        free = self._window.limit - self._inflight
         if free <= 0:
             return 0, False
         assert self._recorder is not None
@@ -298,7 +333,7 @@ class Engine:
         self._since_claim = 0
         for d in rows:
             self._start(d)
-        return len(rows), len(rows) == limit and self._inflight < self.settings.max_in_flight
+        return len(rows), len(rows) == limit and self._inflight < self._window.limit
 
     async def _claim_pass(
         self, conn: Conn, wants: list[planner.Want], limit: int
@@ -369,7 +404,9 @@ class Engine:
         assert self._recorder is not None and self._refresher is not None
         self._recorder.add(outcome)
         if d.seq >= 0:
-            ready = gate.completed(d.seq, result, outcome.pause_s, self._refresher.db_now())
+            ready = gate.completed(
+                d.seq, result, outcome.pause_s, self._refresher.db_now(), self._window.saturated
+            )
             if ready:
                 self._recorder.add_results(d.endpoint_id, ready)
         if outcome.status is Status.FAILED or outcome.next_attempt_in_s:
@@ -422,6 +459,17 @@ class Engine:
             disable_endpoint=r.gone,
             pause_s=r.retry_after_s if r.overloaded else None,
         )
+
+
+def _fd_limit() -> int | None:
+    """The soft descriptor limit (one socket per request in flight)."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    return None if soft == resource.RLIM_INFINITY else int(soft)
 
 
 def _crashed(exc: Exception) -> AttemptResult:

@@ -8,7 +8,9 @@ up to a small cap only so the connection can go back to the pool.
 from __future__ import annotations
 
 import socket
+import ssl
 import time
+from pathlib import Path
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -17,7 +19,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from . import __version__
-from .errors import TargetRefused
+from .errors import OperationalError, TargetRefused
 from .models import AttemptResult, Endpoint, Verdict
 from .retry import classify_status, parse_retry_after
 from .signing import Signer
@@ -114,15 +116,32 @@ class Sender:
         allowed_networks: tuple[str, ...] = (),
         body_cap: int = 4096,
         resolver: AbstractResolver | None = None,
+        ca_file: Path | None = None,
     ) -> None:
         self.allow_private = allow_private
         self.allowed_networks = allowed_networks
         self._body_cap = body_cap
         self._resolver = resolver
+        self._ca_file = ca_file
         self._session: aiohttp.ClientSession | None = None
+
+    def _tls(self) -> ssl.SSLContext | bool:
+        """The system store, plus DISPATCHER_CA_FILE's certificates when set.
+        Certificates and host names are always verified."""
+        if self._ca_file is None:
+            return True  # aiohttp's default verifying context
+        ctx = ssl.create_default_context()
+        try:
+            ctx.load_verify_locations(cafile=str(self._ca_file))
+        except (OSError, ssl.SSLError) as exc:
+            raise OperationalError(
+                f"DISPATCHER_CA_FILE {self._ca_file}: cannot load CA certificates: {exc}"
+            ) from None
+        return ctx
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(
+            ssl=self._tls(),
             # Concurrency is bounded by the engine (global cap, per-endpoint
             # gates); the connector only pools, keeping sockets per host alive.
             limit=0,
