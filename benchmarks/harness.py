@@ -2,15 +2,16 @@
 or `python -m benchmarks …`.
 
 Scenarios (benchmarks/scenarios/, one module each): fast (the default),
-slow200, many, noisy, two, wake, and `all`, which runs each in turn. They
-stand on shared modules, lowest first:
+slow200, many, noisy, two, wake, faults, internet, and `all`, which runs
+each in turn. They stand on shared modules, lowest first:
 
     errors, output, payloads      values, formatting, what is sent
     processes, rawclient          child processes; the raw aiohttp ceiling
     receiver_control, database    the receiver process; the bench database
+    tlsca                         a throwaway CA for https receivers
     meters                        CPU, pg_stat_database, machine facts
     bench, phases                 one scenario run; drain and raw phases
-    scenarios/*                   fast, slow200, many, noisy, two, wake
+    scenarios/*                   fast, slow200, many, noisy, two, wake, ...
     harness (this module)         arguments, signals, output, exit status
 
 The exit status is 0 when the run is correct (nothing lost, no duplicates,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..bench import Runner
 from .fast import run_fast
 from .faults import run_faults
+from .internet import run_internet
 from .many import run_many
 from .noisy import run_noisy
 from .producers import run_producers
@@ -23,6 +24,7 @@ RUNNERS: dict[str, Runner] = {
     "wake": run_wake,
     "faults": run_faults,
     "producers": run_producers,
+    "internet": run_internet,
 }
 
 __all__ = ["RUNNERS"]
