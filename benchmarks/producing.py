@@ -81,28 +81,30 @@ async def paced(
     seconds: float,
     args: Args,
     stop: asyncio.Event | None = None,
+    done: list[int] | None = None,
 ) -> int:
     """A steady offered load: each producer commits on its own schedule
     (rate / n per second), catching up if it falls behind, never bursting
-    ahead. Returns the transactions committed."""
+    ahead. Returns the transactions committed; `done` (one count per
+    producer) follows them as they commit."""
     n = len(conns)
     gap = n / rate_per_s
-    done = [0] * n
+    done = [0] * n if done is None else done
     t_end = time.monotonic() + seconds
 
     async def one(i: int) -> None:
         c = conns[i]
         due = time.monotonic() + gap * i / n
         k = 0
-        while (stop is None or not stop.is_set()) and due < t_end:
+        while (stop is None or not stop.is_set()) and max(due, time.monotonic()) < t_end:
             delay = due - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
             async with c.transaction():
                 await c.fetchval(ENQUEUE_SQL, *args(i, k))
             k += 1
+            done[i] = k
             due += gap
-        done[i] = k
 
     await asyncio.gather(*(one(i) for i in range(n)))
     return sum(done)

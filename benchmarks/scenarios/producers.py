@@ -16,7 +16,6 @@ byte at the receiver minus the return of COMMIT.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import random
@@ -26,6 +25,7 @@ import asyncpg
 
 from ..bench import Bench, EndpointDef, Options, scenario
 from ..database import Progress, db_results
+from ..driven import run_driven
 from ..errors import BenchError
 from ..meters import settle
 from ..output import fmt, fmt_int, progress, verdict
@@ -90,7 +90,6 @@ async def run_producers(bench: Bench, opts: Options) -> dict[str, Any]:
     queued = int(totals["enqueue"][0])
 
     state: dict[str, Any] = {"phase": "draining", "wake": None, "err": ""}
-    driver_task: asyncio.Task[None] | None = None
 
     async def driver() -> None:
         async with Progress(bench.bench_url) as prog:
@@ -105,33 +104,13 @@ async def run_producers(bench: Bench, opts: Options) -> dict[str, Any]:
         state["phase"] = "wake"
         state["wake"] = await wake_samples(admin, rcv.arrivals, payload, samples)
 
-    async def stop_when() -> bool:
-        nonlocal driver_task
-        if driver_task is None:
-            driver_task = asyncio.create_task(driver(), name="bench-producers-driver")
-        if driver_task.done():
-            driver_task.result()
-            return True
-        return False
-
-    async def tick() -> None:
-        progress(f"producers: {state['phase']}", transient=True)
-
     progress("producers: dispatcher run")
     try:
-        runs, _stopped_at, _t0 = await bench.children.run_together(
-            [dispatcher_argv("run")],
-            ["run"],
-            limit_s=bench.run_limit_s(),
-            on_tick=tick,
-            stop_when=stop_when,
-            tick_s=0.2,
-        )
+        runs = await run_driven(
+            bench, [dispatcher_argv("run")], ["run"], driver,
+            lambda: f"producers: {state['phase']}",
+        )  # fmt: skip
     finally:
-        if driver_task is not None and not driver_task.done():
-            driver_task.cancel()
-            with contextlib.suppress(BaseException):
-                await driver_task
         await admin.close()
     if state["err"]:
         raise BenchError(state["err"])
