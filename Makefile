@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 export DISPATCHER_HOME ?= $(CURDIR)/.dispatcher
 
-.PHONY: install run demo test lint format bench clean
+.PHONY: install run demo test lint format bench soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,11 @@ test: lint
 
 bench: install
 	$(PY) -m benchmarks $(BENCH_ARGS)
+
+# The soak: 20 minutes at half the measured capacity (needs DATABASE_URL);
+# shorter with e.g. SOAK_ARGS="--minutes 6". Writes soak-results/.
+soak: install
+	$(PY) -m benchmarks.soak $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .hypothesis

@@ -57,9 +57,12 @@ class Options:
     given: dict[str, Any] = field(default_factory=dict)
 
 
-def run_argv(opts: Options, max_in_flight: int, *, drain: bool = True) -> list[str]:
-    """`dispatcher run` arguments: [--drain] --max-in-flight N [--batch-size B]."""
-    argv = ["run", *(["--drain"] if drain else []), "--max-in-flight", str(max_in_flight)]
+def run_argv(opts: Options, max_in_flight: int | None, *, drain: bool = True) -> list[str]:
+    """`dispatcher run` arguments: [--drain] [--max-in-flight N] [--batch-size B]
+    (no --max-in-flight: the worker sizes its window itself)."""
+    argv = ["run", *(["--drain"] if drain else [])]
+    if max_in_flight is not None:
+        argv += ["--max-in-flight", str(max_in_flight)]
     if opts.batch_size:
         argv += ["--batch-size", str(opts.batch_size)]
     return argv

@@ -2,15 +2,16 @@
 or `python -m benchmarks …`.
 
 Scenarios (benchmarks/scenarios/, one module each): fast (the default),
-slow200, many, noisy, two, wake, and `all`, which runs each in turn. They
-stand on shared modules, lowest first:
+slow200, many, noisy, two, wake, faults, internet, and `all`, which runs
+each in turn. They stand on shared modules, lowest first:
 
     errors, output, payloads      values, formatting, what is sent
     processes, rawclient          child processes; the raw aiohttp ceiling
     receiver_control, database    the receiver process; the bench database
+    tlsca                         a throwaway CA for https receivers
     meters                        CPU, pg_stat_database, machine facts
     bench, phases                 one scenario run; drain and raw phases
-    scenarios/*                   fast, slow200, many, noisy, two, wake
+    scenarios/*                   fast, slow200, many, noisy, two, wake, ...
     harness (this module)         arguments, signals, output, exit status
 
 The exit status is 0 when the run is correct (nothing lost, no duplicates,
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--endpoint-max-in-flight", type=int, default=None, help="(fast: 256)")
     p.add_argument("--endpoints", type=int, default=None, help="endpoints (slow200, many, noisy)")
     p.add_argument("--samples", type=int, default=None, help="wake: enqueues measured (200)")
+    p.add_argument("--producers", type=int, default=None, help="producers: connections (16)")
     p.add_argument("--batch-size", type=int, default=None, help="run --batch-size (default)")
     p.add_argument("--raw-requests", type=int, default=None, help="min(events, 50000)")
     p.add_argument("--raw-passes", type=int, default=None, help="raw ceiling passes (3)")
@@ -95,6 +97,7 @@ def parse_options(argv: list[str]) -> Options:
         ("--raw-passes", "raw_passes", 0),
         ("--endpoints", "endpoints", 1),
         ("--samples", "samples", 1),
+        ("--producers", "producers", 1),
         ("--batch-size", "batch_size", 1),
     ):
         if given.get(key, lo) < lo:
@@ -103,6 +106,7 @@ def parse_options(argv: list[str]) -> Options:
         ("--events", "events", 10_000_000),
         ("--endpoints", "endpoints", 10_000),
         ("--samples", "samples", 100_000),
+        ("--producers", "producers", 90),
     ):
         if given.get(key, 0) > hi:
             raise UsageError(f"{name} must be at most {hi:,}")

@@ -33,7 +33,7 @@ async def drain_phase(
     per_endpoint: int,
     *,
     processes: int = 1,
-    max_in_flight: int,
+    max_in_flight: int | None,
     label: str,
     sample_open: bool = False,
     addressed: bool = True,

@@ -2,7 +2,9 @@
 
     python -m benchmarks.receiver --port P [--latency-ms N] [--status 200] [--hang]
                                   [--record-arrivals N]
-                                  [--fault reset|500|hang|cut --fault-share F --seed S]
+                                  [--fault KIND --fault-share F | --mix KIND=F,...]
+                                  [--latency-lognormal P50:P99] [--seed S]
+                                  [--tls-cert PEM --tls-key PEM]
 
 Raw asyncio Protocols on uvloop (aiohttp.web would be the bottleneck, not the
 dispatcher). Keep-alive, pipelined requests, Content-Length bodies. Every POST
@@ -18,7 +20,11 @@ read; `GET /arrivals` answers them as JSON `{id: ts}`. `--fault KIND
 --fault-share F` misbehaves on a share F of POSTs, drawn at random (seeded):
 `reset` drops the connection without an answer, `500` answers 500, `hang`
 never answers (the client's timeout ends it), `cut` answers a 200 whose body
-stops short of its content-length and drops the connection.
+stops short of its content-length and drops the connection; `--mix` draws
+several kinds (also `5xx` and `429` with Retry-After), and
+`--latency-lognormal` draws each answer's delay (see receiver_mix.py).
+`--tls-cert/--tls-key` serve https instead of http. The counters and canned
+responses live in receiver_stats.py.
 
 It binds 127.0.0.1 only, prints `READY <port>` on stdout once listening
 (`--port 0` picks a free port), and is bounded everywhere: header and body
@@ -31,131 +37,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import http
 import json
 import os
-import random
 import signal
+import ssl
 import sys
 import time
 from collections import deque
+from pathlib import Path
 from typing import cast
+
+from .receiver_mix import RETRY_AFTER_S, Behaviour, parse_lognormal, parse_mix, server_tls
+from .receiver_stats import Stats, response
 
 HOST = "127.0.0.1"
 MAX_HEADER_BYTES = 16 * 1024
 MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_QUEUED_PER_CONN = 1024  # responses waiting on one connection before reads pause
 MAX_CONNECTIONS = 10_000
-MAX_TRACKED_IDS = 10_000_000
-MAX_TRACKED_PATHS = 100_000
-OTHER_PATHS = b"(other)"
 
 _NO_LENGTH = -1
-
-
-def _status_line(status: int) -> bytes:
-    try:
-        reason = http.HTTPStatus(status).phrase
-    except ValueError:
-        reason = "Status"
-    return f"HTTP/1.1 {status} {reason}\r\n".encode()
-
-
-def _response(status: int, body: bytes = b"", *, close: bool = False, ctype: str = "") -> bytes:
-    head = _status_line(status) + b"content-length: " + str(len(body)).encode() + b"\r\n"
-    if ctype:
-        head += b"content-type: " + ctype.encode() + b"\r\n"
-    if close:
-        head += b"connection: close\r\n"
-    return head + b"\r\n" + body
-
-
-class Stats:
-    __slots__ = (
-        "arrivals",
-        "count",
-        "first_ts",
-        "ids",
-        "last_ts",
-        "max_arrivals",
-        "max_open",
-        "open",
-        "other",
-        "paths",
-        "started",
-        "untracked",
-    )
-
-    def __init__(self, max_arrivals: int = 0) -> None:
-        self.count = 0
-        self.ids: set[bytes] = set()
-        self.untracked = 0  # POSTs whose id was not tracked (no header, or the set is full)
-        self.other = 0  # non-POST requests other than /stats
-        self.first_ts: float | None = None
-        self.last_ts: float | None = None
-        self.started = time.time()
-        # path -> [count, duplicates, first_ts, last_ts]
-        self.paths: dict[bytes, list[float]] = {}
-        self.open = 0  # POSTs received, response not sent yet
-        self.max_open = 0
-        self.max_arrivals = max_arrivals
-        self.arrivals: dict[str, float] = {}
-
-    def post(self, webhook_id: bytes | None, path: bytes, now: float) -> None:
-        if self.first_ts is None:
-            self.first_ts = now
-        self.last_ts = now
-        self.count += 1
-        dup = 0
-        if webhook_id is None or (len(self.ids) >= MAX_TRACKED_IDS and webhook_id not in self.ids):
-            self.untracked += 1
-        elif webhook_id in self.ids:
-            dup = 1
-        else:
-            self.ids.add(webhook_id)
-            if len(self.arrivals) < self.max_arrivals:
-                self.arrivals[webhook_id.decode(errors="replace")] = now
-        p = self.paths.get(path)
-        if p is None:
-            if len(self.paths) >= MAX_TRACKED_PATHS:
-                path = OTHER_PATHS
-                p = self.paths.get(path)
-            if p is None:
-                p = self.paths[path] = [0, 0, now, now]
-        p[0] += 1
-        p[1] += dup
-        p[3] = now
-        self.open += 1
-        if self.open > self.max_open:
-            self.max_open = self.open
-
-    def doc(self, connections: int, *, paths: bool = False) -> dict[str, object]:
-        unique = len(self.ids)
-        tracked = self.count - self.untracked
-        out: dict[str, object] = {
-            "count": self.count,
-            "unique_ids": unique,
-            "duplicates": tracked - unique,
-            "untracked": self.untracked,
-            "first_ts": self.first_ts,
-            "last_ts": self.last_ts,
-            "other_requests": self.other,
-            "connections": connections,
-            "open": self.open,
-            "max_open": self.max_open,
-            "uptime_s": round(time.time() - self.started, 3),
-        }
-        if paths:
-            out["paths"] = {
-                k.decode(errors="replace"): {
-                    "count": int(v[0]),
-                    "duplicates": int(v[1]),
-                    "first_ts": v[2],
-                    "last_ts": v[3],
-                }
-                for k, v in self.paths.items()
-            }
-        return out
 
 
 class _Pending:
@@ -174,25 +75,32 @@ class Server:
     def __init__(
         self,
         status: int,
-        latency_s: float,
+        behaviour: Behaviour,
         *,
         hang: bool = False,
         max_arrivals: int = 0,
-        fault: str | None = None,
-        fault_share: float = 0.0,
-        seed: int = 7,
     ) -> None:
         self.stats = Stats(max_arrivals)
-        self.latency_s = latency_s
+        self.behaviour = behaviour
         self.hang = hang
-        self.fault = fault
-        self.fault_share = fault_share
-        self.rng = random.Random(seed)
-        self.error = _response(500)
-        self.ok = _response(status)
-        self.ok_close = _response(status, close=True)
+        self.ok = response(status)
+        self.ok_close = response(status, close=True)
+        retry = f"retry-after: {RETRY_AFTER_S}\r\n".encode()
+        self.answers: dict[tuple[str, bool], bytes] = {
+            (kind, close): response(code, close=close, extra=retry if code == 429 else b"")
+            for kind, code in (("500", 500), ("502", 502), ("504", 504), ("429", 429))
+            for close in (False, True)
+        }
         self.connections: set[ReceiverProtocol] = set()
         self.accepted = 0
+
+    def answer(self, kind: str | None, close: bool) -> tuple[str, bytes]:
+        """The answer to a POST that gets one: (what it is, its bytes)."""
+        if kind is None:
+            return "ok", self.ok_close if close else self.ok
+        if kind == "5xx":
+            kind = str(self.behaviour.error_status())
+        return kind, self.answers[(kind, close)]
 
 
 class ReceiverProtocol(asyncio.Protocol):
@@ -229,7 +137,7 @@ class ReceiverProtocol(asyncio.Protocol):
         transport = cast(asyncio.Transport, transport)
         self.transport = transport
         if len(self.server.connections) >= MAX_CONNECTIONS:
-            transport.write(_response(503, close=True))
+            transport.write(response(503, close=True))
             transport.close()
             self.closing = True
             return
@@ -353,18 +261,22 @@ class ReceiverProtocol(asyncio.Protocol):
         server = self.server
         if method == b"POST":
             server.stats.post(wid, path.split(b"?", 1)[0], self.now)
-            if server.fault is not None and server.rng.random() < server.fault_share:
-                self._misbehave(server.fault, close)
+            fault = server.behaviour.fault()
+            if fault in ("reset", "cut", "hang"):
+                self._misbehave(fault, close)
                 return
-            payload: bytes = server.ok_close if close else server.ok
+            what, payload = server.answer(fault, close)
+            answers = server.stats.answers
+            answers[what] = answers.get(what, 0) + 1
+            delay = server.behaviour.delay()
             if server.hang:
                 # Never answered: the slot stays empty, so this connection
                 # answers nothing more (the client's timeout ends it).
                 self.queue.append(_Pending(None, close))
-            elif server.latency_s > 0:
+            elif delay > 0:
                 slot = _Pending(None, close)
                 self.queue.append(slot)
-                self.loop.call_later(server.latency_s, self._ready, slot, payload)
+                self.loop.call_later(delay, self._ready, slot, payload)
             else:
                 server.stats.open -= 1
                 self.queue.append(_Pending(payload, close))
@@ -374,23 +286,23 @@ class ReceiverProtocol(asyncio.Protocol):
             doc = server.stats.doc(len(server.connections), paths=b"paths=1" in query)
             doc["connections_total"] = server.accepted
             body = json.dumps(doc).encode()
-            resp = _response(200, body, close=close, ctype="application/json")
+            resp = response(200, body, close=close, ctype="application/json")
         elif method == b"GET" and route == b"/arrivals":
             body = json.dumps(server.stats.arrivals).encode()
-            resp = _response(200, body, close=close, ctype="application/json")
+            resp = response(200, body, close=close, ctype="application/json")
         else:
             server.stats.other += 1
-            resp = _response(404 if method == b"GET" else 405, close=close)
+            resp = response(404 if method == b"GET" else 405, close=close)
         self.queue.append(_Pending(resp, close))
 
     def _misbehave(self, fault: str, close: bool) -> None:
-        """One faulty answer (the client never pipelines, so nothing queued
-        before it is lost)."""
-        self.server.stats.open -= 1
+        """No answer, or a broken one (the client never pipelines, so nothing
+        queued before it is lost)."""
+        stats = self.server.stats
+        stats.open -= 1
+        stats.answers[fault] = stats.answers.get(fault, 0) + 1
         t = self.transport
-        if fault == "500":
-            self.queue.append(_Pending(self.server.error, close))
-        elif fault == "hang":
+        if fault == "hang":
             self.queue.append(_Pending(None, close))
         elif t is not None:
             if fault == "cut":
@@ -432,7 +344,7 @@ class ReceiverProtocol(asyncio.Protocol):
         self.closing = True
         self._drop_queue()
         if t is not None:
-            t.write(_response(status, close=True))
+            t.write(response(status, close=True))
             t.close()
 
 
@@ -441,28 +353,23 @@ class ReceiverProtocol(asyncio.Protocol):
 
 async def serve(
     port: int,
-    latency_ms: float,
     status: int,
+    behaviour: Behaviour,
     max_lifetime_s: float,
     *,
     hang: bool = False,
     max_arrivals: int = 0,
-    fault: str | None = None,
-    fault_share: float = 0.0,
-    seed: int = 7,
+    tls: ssl.SSLContext | None = None,
 ) -> None:
     loop = asyncio.get_running_loop()
-    server_state = Server(
-        status,
-        latency_ms / 1000,
-        hang=hang,
-        max_arrivals=max_arrivals,
-        fault=fault,
-        fault_share=fault_share,
-        seed=seed,
-    )
+    server_state = Server(status, behaviour, hang=hang, max_arrivals=max_arrivals)
     server = await loop.create_server(
-        lambda: ReceiverProtocol(server_state), HOST, port, backlog=2048, reuse_address=True
+        lambda: ReceiverProtocol(server_state),
+        HOST,
+        port,
+        backlog=2048,
+        reuse_address=True,
+        ssl=tls,
     )
     actual = server.sockets[0].getsockname()[1]
     sys.stdout.write(f"READY {actual}\n")
@@ -503,7 +410,11 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--fault", choices=("reset", "500", "hang", "cut"), help="misbehave this way")
     p.add_argument("--fault-share", type=float, default=0.0, help="on this share of POSTs")
-    p.add_argument("--seed", type=int, default=7, help="of the fault draws")
+    p.add_argument("--mix", default="", metavar="KIND=F,...", help="several faults (receiver_mix)")
+    p.add_argument("--latency-lognormal", metavar="P50:P99", help="delays drawn lognormal (ms)")
+    p.add_argument("--seed", type=int, default=7, help="of the fault and delay draws")
+    p.add_argument("--tls-cert", type=Path, help="serve https with this certificate (PEM)")
+    p.add_argument("--tls-key", type=Path, help="... and this key (PEM)")
     p.add_argument("--max-lifetime-s", type=float, default=3600.0)
     return p
 
@@ -522,16 +433,33 @@ def main(argv: list[str] | None = None) -> int:
     if not 0.0 <= args.fault_share <= 1.0:
         sys.stderr.write("receiver: --fault-share must be 0..1\n")
         return 2
+    try:
+        faults = parse_mix(args.mix)
+        if args.fault:
+            faults.append((args.fault, args.fault_share))
+        lognormal_ms = parse_lognormal(args.latency_lognormal) if args.latency_lognormal else None
+        tls = None
+        if args.tls_cert or args.tls_key:
+            if not (args.tls_cert and args.tls_key):
+                raise ValueError("--tls-cert and --tls-key go together")
+            tls = server_tls(args.tls_cert, args.tls_key)
+    except (ValueError, OSError, ssl.SSLError) as exc:
+        sys.stderr.write(f"receiver: {exc}\n")
+        return 2
+    behaviour = Behaviour(
+        latency_s=args.latency_ms / 1000,
+        lognormal_ms=lognormal_ms,
+        faults=faults,
+        seed=args.seed,
+    )
     coro = serve(
         args.port,
-        args.latency_ms,
         args.status,
+        behaviour,
         args.max_lifetime_s,
         hang=args.hang,
         max_arrivals=args.record_arrivals,
-        fault=args.fault,
-        fault_share=args.fault_share,
-        seed=args.seed,
+        tls=tls,
     )
     try:
         import uvloop

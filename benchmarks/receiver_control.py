@@ -8,6 +8,7 @@ Owns the receiver process and the HTTP session that reads its /stats and
 from __future__ import annotations
 
 import asyncio
+import ssl
 import subprocess
 import sys
 from typing import Any
@@ -16,6 +17,7 @@ import aiohttp
 
 from .errors import BenchError
 from .processes import Children, last_line
+from .tlsca import TlsFiles
 
 
 class Receiver:
@@ -29,6 +31,10 @@ class Receiver:
         record_arrivals: int = 0,
         fault: str | None = None,
         fault_share: float = 0.0,
+        mix: str = "",
+        lognormal_ms: tuple[float, float] | None = None,
+        seed: int = 7,
+        tls: TlsFiles | None = None,
         name: str = "receiver",
     ) -> None:
         self.children = children
@@ -38,6 +44,10 @@ class Receiver:
         self.record_arrivals = record_arrivals
         self.fault = fault
         self.fault_share = fault_share
+        self.mix = mix
+        self.lognormal_ms = lognormal_ms
+        self.seed = seed
+        self.tls = tls
         self.name = name
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
@@ -55,6 +65,14 @@ class Receiver:
             argv += ["--record-arrivals", str(self.record_arrivals)]
         if self.fault:
             argv += ["--fault", self.fault, "--fault-share", str(self.fault_share)]
+        if self.mix:
+            argv += ["--mix", self.mix]
+        if self.lognormal_ms:
+            argv += ["--latency-lognormal", "{:g}:{:g}".format(*self.lognormal_ms)]
+        if self.seed != 7:
+            argv += ["--seed", str(self.seed)]
+        if self.tls is not None:
+            argv += ["--tls-cert", str(self.tls.cert), "--tls-key", str(self.tls.key)]
         proc, _, err_path = self.children.spawn(argv, name=self.name, stdout_pipe=True)
         self.proc = proc
         assert proc.stdout is not None
@@ -68,10 +86,16 @@ class Receiver:
             await self.children.stop(proc)
             raise BenchError(f"the receiver failed to start: {last_line(err_path.read_text())}")
         self.port = int(text.split()[1])
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+        tls: ssl.SSLContext | bool = True
+        if self.tls is not None:
+            tls = ssl.create_default_context(cafile=str(self.tls.ca))
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=5), connector=aiohttp.TCPConnector(ssl=tls)
+        )
 
     def url_for(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}{path}"
 
     async def _get(self, path: str) -> Any:
         assert self._session is not None

@@ -293,6 +293,13 @@ async def timeline(request: web.Request) -> web.Response:
         return _json(await reports.timeline(conn, minutes))
 
 
+async def endpoint_activity(request: web.Request) -> web.Response:
+    eid = _id(request)
+    minutes = _query_number(request, "minutes")
+    async with _conn(request) as conn:
+        return _json(await reports.endpoint_activity(conn, eid, minutes))
+
+
 async def alerts(request: web.Request) -> web.Response:
     window_s = request.app[SETTINGS].latency_window_s
     async with _conn(request) as conn:
@@ -324,6 +331,7 @@ def build_app(settings: Settings, pool: asyncpg.Pool, token: str,
     r.add_post(r"/v1/endpoints/{id:[0-9]+}/disable", _toggle(False))
     r.add_post(r"/v1/endpoints/{id:[0-9]+}/enable", _toggle(True))
     r.add_post(r"/v1/endpoints/{id:[0-9]+}/rotate-secret", endpoint_rotate)
+    r.add_get(r"/v1/endpoints/{id:[0-9]+}/activity", endpoint_activity)
     r.add_post("/v1/events", events_create)
     r.add_get("/v1/deliveries", deliveries)
     r.add_get("/v1/dead-letters", dead_letters)

@@ -1,10 +1,11 @@
 """The dashboard's pages: sign-in, sign-out, the page itself and its static files.
 
 An entry point beside admin.py. The dashboard signs in once (the admin token
-typed into /login, or `/?token=` exchanged for a session cookie and a
-redirect that drops it from the address bar) and then calls /v1/ with the
-cookie. No token is ever kept in the page or in browser storage. Every page
-runs under the strict CSP set by web_security: no inline script or style.
+typed into /login, exchanged for a session cookie) and then calls /v1/ with
+the cookie. A token in a URL is accepted nowhere: it would stay in browser
+history, proxy logs and screenshots. No token is ever kept in the page or in
+browser storage. Every page runs under the strict CSP set by web_security:
+no inline script or style.
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ from .web_security import (
 STATIC_TYPES: Final = {
     "dashboard.js": "text/javascript",
     "dashboard.css": "text/css",
+    "api.js": "text/javascript",
+    "charts.js": "text/javascript",
+    "overview.js": "text/javascript",
+    "endpoint.js": "text/javascript",
+    "events.js": "text/javascript",
+    "deadletters.js": "text/javascript",
 }
 CSRF_PLACEHOLDER = "{{csrf}}"
 ERROR_PLACEHOLDER = "<!--error-->"
@@ -44,11 +51,14 @@ def _login_page(error: str | None = None, status: int = 200) -> web.Response:
     page = _static("login.html").decode()
     if error:
         page = page.replace(ERROR_PLACEHOLDER, f'<p class="error">{html.escape(error)}</p>')
-    return _html(page, status)
+    response = _html(page, status)
+    # Its form's POST must carry this server's Origin (see web_security.PAGE_MAY_SET).
+    response.headers["Referrer-Policy"] = "same-origin"
+    return response
 
 
 def _signed_in(request: web.Request) -> NoReturn:
-    """303 to the page itself: the token leaves the address bar and history."""
+    """303 to the dashboard, with the session cookie."""
     sid, _ = request.app[SESSIONS].open()
     redirect = web.HTTPSeeOther("/")
     set_session_cookie(request, redirect, sid)
@@ -60,11 +70,10 @@ def _wants_html(request: web.Request) -> bool:
 
 
 async def dashboard(request: web.Request) -> web.Response:
-    """The page; or, with `?token=`, the one-time exchange for a cookie."""
+    """The page, for a signed-in session (or a bearer token)."""
     if "token" in request.query:
-        if request.app[SESSIONS].token_ok(request.query["token"]):
-            _signed_in(request)
-        return _login_page("That token is not the admin token.", 401)
+        # Not even checked: a right token here must not look like it worked.
+        return _login_page("A token in the address is not accepted: sign in here.", 401)
     why = authenticate(request)
     if why is not None:
         return _login_page(None, 401) if _wants_html(request) else json_error(401, why)

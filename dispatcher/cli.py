@@ -126,7 +126,7 @@ async def cmd_endpoint_add(args: argparse.Namespace, settings: Settings) -> int:
     )
 
 
-ENDPOINT_COLUMNS = ["id", "url", "enabled", "event_types", "rate_per_s", "max_in_flight",
+ENDPOINT_COLUMNS = ["id", "name", "url", "enabled", "event_types", "rate_per_s", "max_in_flight",
                     "timeout_ms", "max_attempts"]  # fmt: skip
 
 
@@ -168,8 +168,8 @@ async def cmd_endpoint_delete(args: argparse.Namespace, settings: Settings) -> i
     )
 
 
-HEALTH_COLUMNS = ["endpoint_id", "state", "consecutive_failures", "p50_ms", "p95_ms", "p99_ms",
-                  "sample_count", "enabled", "url"]  # fmt: skip
+HEALTH_COLUMNS = ["endpoint_id", "name", "state", "consecutive_failures", "p50_ms", "p95_ms",
+                  "p99_ms", "sample_count", "enabled", "url"]  # fmt: skip
 
 
 async def cmd_endpoint_health(args: argparse.Namespace, settings: Settings) -> int:
@@ -218,7 +218,7 @@ async def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
     )
 
 
-SLOW_COLUMNS = ["endpoint_id", "url", "p50_ms", "p95_ms", "p99_ms", "sample_count", "state"]
+SLOW_COLUMNS = ["endpoint_id", "name", "url", "p50_ms", "p95_ms", "p99_ms", "sample_count", "state"]
 
 
 async def cmd_slow(args: argparse.Namespace, settings: Settings) -> int:
@@ -310,6 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
     add = cmd("add", cmd_endpoint_add, eps, help="create an endpoint (prints its secret once)")
     add.add_argument("--url", required=True,
                      help="where deliveries go; {field} macros in path/query")  # fmt: skip
+    add.add_argument("--name", help="a label for people: lists and the dashboard show it")
+    add.add_argument("--description", help="a longer note on what the endpoint is for")
     add.add_argument("--secret", help="whsec_… or whsk_… (default: a new one is generated)")
     add.add_argument("--event-type", action="extend", nargs="+", metavar="T",
                      help="subscribe to these types (default: every type)")  # fmt: skip
@@ -428,6 +430,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="where the dashboard is served during the demo",
     )
+    demo.add_argument("--keep", action="store_true",
+                      help="after the story, keep the worker, receivers and dashboard up "
+                           "until Ctrl-C")  # fmt: skip
     demo.add_argument("--linger-s", type=float, default=0.0,
                       help="keep the dashboard up this long after the story")  # fmt: skip
 

@@ -31,7 +31,9 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         settings = replace(settings, max_in_flight=args.max_in_flight)
     if args.batch_size is not None:
         settings = replace(settings, batch_size=args.batch_size)
-    if settings.max_in_flight < 1 or settings.batch_size < 1:
+    if (settings.max_in_flight is not None and settings.max_in_flight < 1) or (
+        settings.batch_size < 1
+    ):
         raise BadInput("--max-in-flight and --batch-size must be at least 1")
     log.setup(os.environ.get("DISPATCHER_LOG_LEVEL", "info"), settings.sensitive_fields)
     from .metrics import Metrics
@@ -96,6 +98,7 @@ async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
         events=args.events,
         http=args.http,
         linger_s=args.linger_s,
+        keep=args.keep,
         database=args.database,
     )
     return code

@@ -19,7 +19,9 @@ AIMD with a slow start, driven by what the endpoint shows:
   limit) counts once.
 
 A slowing endpoint therefore gets fewer parallel requests before it starts
-timing out. Pure: outcomes and the time come in, a new value goes out.
+timing out. Latency measured while this process is saturated (its own
+event loop lagging, see window.py) is ours, not the endpoint's: it is not
+held against the endpoint. Pure: outcomes and the time come in, a new value goes out.
 """
 
 from __future__ import annotations
@@ -78,11 +80,18 @@ def on_timeout(s: Limit, now: float) -> Limit:
     return _judged(s, True, now)
 
 
-def on_success(s: Limit, latency_ms: float, now: float) -> Limit:
+def on_success(s: Limit, latency_ms: float, now: float, *, saturated: bool = False) -> Limit:
+    """`saturated`: our own process was the bottleneck when this answer
+    came (its event loop lagging), so the latency measured includes our
+    queueing: it neither trims the limit nor teaches the baseline."""
     if s.window_done:
         s = _judged(s, False, now)
     base = s.baseline_ms
     step = 1.0 if s.slow_start else 1.0 / max(s.limit, 1.0)
+    if saturated:
+        if s.limit >= s.max_limit:
+            return s
+        return replace(s, limit=min(float(s.max_limit), s.limit + step))
     if base is None:
         return replace(s, limit=min(float(s.max_limit), s.limit + step), baseline_ms=latency_ms)
     learned = base + BASELINE_WEIGHT * (latency_ms - base)

@@ -92,7 +92,7 @@ async def _setup(conn: asyncpg.Connection, port: int, events: int) -> dict[int, 
     }
     names = {}
     for name, extra in plan.items():
-        spec = EndpointSpec(url=f"http://127.0.0.1:{port}/{name}", **{**base, **extra})
+        spec = EndpointSpec(url=f"http://127.0.0.1:{port}/{name}", name=name, **{**base, **extra})
         doc = await service.add_endpoint(conn, spec)
         names[doc["id"]] = name
     batch = [

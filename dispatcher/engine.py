@@ -1,6 +1,6 @@
 """The engine: owns the event loop's flow for one worker process.
 
-wait (NOTIFY | poll | freed slots | stop) → claim a batch sized to what each
+wait (probe | NOTIFY | poll | freed slots | stop) → claim a batch sized to what each
 endpoint can start → one task per row (gate → sign → POST) → outcomes to the
 recorder, which writes them in batches. No transaction is open while a
 request is in flight; claims continue while earlier rows are still being sent.
@@ -26,7 +26,7 @@ from typing import Any
 
 import asyncpg
 
-from . import log, planner, store
+from . import log, planner, store, window
 from .connectivity import Connectivity
 from .db import DATABASE_ERRORS, Conn, acquire, create_pool, require_schema
 from .errors import OperationalError
@@ -35,6 +35,7 @@ from .listener import Listener
 from .maintenance import Maintenance
 from .metrics import Metrics
 from .models import AttemptResult, Delivery, Outcome, Stats, Status, Verdict
+from .prober import Prober
 from .recorder import Recorder
 from .refresher import Refresher
 from .retry import decide
@@ -86,7 +87,12 @@ class Engine:
         self._drain = False
         self._fatal: BaseException | None = None
         self._inflight = 0  # rows claimed and not yet resolved to an outcome
+        # How many rows may be in flight: sized from the loop's headroom
+        # unless --max-in-flight fixed it (window.py).
+        self._window = window.initial(settings.max_in_flight, now=time.monotonic())
+        self._window_max = self._window.limit
         self._since_claim = 0
+        self._last_got = 0  # rows the loop's last claim got: the prober's busy signal
         self._tasks: dict[asyncio.Task[tuple[Outcome, AttemptResult | None]], Job] = {}
         self._background: list[asyncio.Task[None]] = []
         self._claim_failing_since = 0.0
@@ -113,12 +119,24 @@ class Engine:
     def waiting_outcomes(self) -> int:
         return 0 if self._recorder is None else self._recorder.waiting
 
+    @property
+    def window(self) -> int:
+        """Rows this process may have in flight now."""
+        return self._window.limit
+
     def _holding(self) -> tuple[int, int]:
         """What the heartbeat reports: rows in flight, outcomes not yet written."""
         return self._inflight, self.waiting_outcomes
 
     async def run(self, *, drain: bool = False) -> None:
         self._drain = drain
+        # The descriptor limit as the process runs with it (cmd_run lifts it).
+        self._window = window.initial(
+            self.settings.max_in_flight,
+            now=time.monotonic(),
+            ceiling=window.ceiling_for(_fd_limit()),
+        )
+        self._window_max = self._window.limit
         # Claims and outcomes commit asynchronously unless told otherwise: a
         # write lost to a database crash means a re-delivery (the row's lease
         # runs out), never a lost event, and the WAL flush per statement
@@ -139,7 +157,7 @@ class Engine:
             self._refresher = Refresher(pool, self._gates, worker=self.worker, settings=s,
                                         box=s.secret_box(), connectivity=db, stats=self.stats,
                                         wake=self._wake, holding=self._holding)  # fmt: skip
-            maintenance = Maintenance(pool, settings=s, connectivity=db)
+            maintenance = Maintenance(pool, settings=s, connectivity=db, url=self.url)
             await self.sender.start()
             self._listener = Listener(self.url, self._wake, db)
             await self._listener.connect()
@@ -147,16 +165,21 @@ class Engine:
             if self.metrics is not None:
                 self.metrics.watch_worker(lambda: db.connected, lambda: self.waiting_outcomes)
             self._supervise("listener", self._listener.run())
+            # Producers do not NOTIFY (schema 005): new rows are found by probing.
+            prober = Prober(pool, self._wake, db, busy=lambda: self._last_got > 0)
+            self._supervise("prober", prober.run())
             self._supervise("flusher", self._recorder.run())
             self._supervise("refresher", self._refresher.run())
             self._supervise("maintenance", maintenance.run())
+            self._supervise("window", self._pace())
             log.event("engine_started", worker=self.worker, drain=drain)
             await self._loop()
         finally:
             await self._wind_down()
             log.event("engine_stopped", worker=self.worker, delivered=self.stats.delivered,
                       retried=self.stats.retried, dead=self.stats.dead,
-                      released=self.stats.released)  # fmt: skip
+                      released=self.stats.released, window=self._window.limit,
+                      window_max=self._window_max)  # fmt: skip
         if self._fatal is not None:
             raise OperationalError(f"worker stopped: {self._fatal}")
 
@@ -180,6 +203,7 @@ class Engine:
         while not self._stopping:
             self._wake.clear()
             got, budget_left = await self._claim()
+            self._last_got = got
             if self._stopping:
                 break
             if self._drain and got == 0 and self._inflight == 0 and not self._claim_failed:
@@ -196,6 +220,22 @@ class Engine:
                 self.metrics.in_flight.set(self._inflight)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), poll)
+
+    async def _pace(self) -> None:
+        """Samples the loop's lag and resizes the window (window.py); room
+        that opens up is claimed at once."""
+        loop = asyncio.get_running_loop()
+        while True:
+            t0 = loop.time()
+            await asyncio.sleep(window.SAMPLE_S)
+            now = loop.time()
+            before = self._window.limit
+            self._window = window.sampled(
+                self._window, now - t0 - window.SAMPLE_S, self._inflight, time.monotonic()
+            )
+            if self._window.limit > before:
+                self._window_max = max(self._window_max, self._window.limit)
+                self._wake.set()
 
     async def _flush_all(self) -> None:
         if self._recorder is not None:
@@ -241,7 +281,7 @@ class Engine:
     # ------------------------------------------------------------ claiming
 
     def _claim_threshold(self) -> int:
-        return max(1, min(self.settings.batch_size, self.settings.max_in_flight) // 8)
+        return max(1, min(self.settings.batch_size, self._window.limit) // 8)
 
     def _wants(self) -> list[planner.Want]:
         now = time.monotonic()
@@ -257,7 +297,7 @@ class Engine:
 
     async def _claim(self) -> tuple[int, bool]:
         """Claims what can be started now. Returns (rows, budget left after)."""
-        free = self.settings.max_in_flight - self._inflight
+        free = self._window.limit - self._inflight
         if free <= 0:
             return 0, False
         assert self._recorder is not None
@@ -295,7 +335,7 @@ class Engine:
         self._since_claim = 0
         for d in rows:
             self._start(d)
-        return len(rows), len(rows) == limit and self._inflight < self.settings.max_in_flight
+        return len(rows), len(rows) == limit and self._inflight < self._window.limit
 
     async def _claim_pass(
         self, conn: Conn, wants: list[planner.Want], limit: int
@@ -383,7 +423,9 @@ class Engine:
         assert self._recorder is not None and self._refresher is not None
         self._recorder.add(outcome)
         if d.seq >= 0:
-            ready = gate.completed(d.seq, result, outcome.pause_s, self._refresher.db_now())
+            ready = gate.completed(
+                d.seq, result, outcome.pause_s, self._refresher.db_now(), self._window.saturated
+            )
             if ready:
                 self._recorder.add_results(d.endpoint_id, ready)
         if outcome.status is Status.FAILED or outcome.next_attempt_in_s:
@@ -436,6 +478,17 @@ class Engine:
             disable_endpoint=r.gone,
             pause_s=r.retry_after_s if r.overloaded else None,
         )
+
+
+def _fd_limit() -> int | None:
+    """The soft descriptor limit (one socket per request in flight)."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    return None if soft == resource.RLIM_INFINITY else int(soft)
 
 
 def _crashed(exc: Exception) -> AttemptResult:

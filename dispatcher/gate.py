@@ -280,15 +280,24 @@ class Gate:
             self.probe_sent = False  # the probe went back unsent: it may be claimed again
 
     def completed(
-        self, seq: int, result: AttemptResult | None, pause_s: float | None, db_now: float
+        self,
+        seq: int,
+        result: AttemptResult | None,
+        pause_s: float | None,
+        db_now: float,
+        saturated: bool = False,
     ) -> list[bool]:
         """An attempt sent as `seq` ended (None: it never counted). Updates
         this process's view (so it stops sending at once) and returns the
-        results now in send order, for the stored breaker."""
+        results now in send order, for the stored breaker. `saturated`: this
+        process's own loop was lagging, so the latency says little about
+        the endpoint."""
         mono = time.monotonic()
         if result is not None:
             if result.verdict is Verdict.SUCCESS:
-                self.adaptive = concurrency.on_success(self.adaptive, result.response_ms, mono)
+                self.adaptive = concurrency.on_success(
+                    self.adaptive, result.response_ms, mono, saturated=saturated
+                )
             elif result.overloaded:
                 self.adaptive = concurrency.on_overload(self.adaptive, mono)
             elif result.timed_out:

@@ -36,6 +36,9 @@ _STR = {"type": "string"}
 _TS = {"type": "string", "format": "date-time", "nullable": True}
 
 _ENDPOINT_FIELDS: dict[str, Any] = {
+    "name": {"type": "string", "minLength": 1, "maxLength": 100, "nullable": True,
+             "description": "a label for people (lists, the dashboard)"},
+    "description": {"type": "string", "maxLength": 1000, "nullable": True},
     "url": {"type": "string", "maxLength": 2048},
     "event_types": {"type": "array", "items": {"type": "string", "minLength": 1}},
     "rate_per_s": {"type": "number", "nullable": True, "exclusiveMinimum": True, "minimum": 0},
@@ -167,6 +170,27 @@ OPENAPI: dict[str, Any] = {
             "summary": "New secret; the old one signs alongside it for grace_s",
             "requestBody": _body({"type": "object", "properties": {"grace_s": {"type": "number", "minimum": 0}}}, False),
             "responses": _ok(_ref("Endpoint"))}},
+        "/v1/endpoints/{id}/activity": {"parameters": [_ID], "get": {
+            "summary": "One endpoint over the last minutes: p50/p95/p99, attempts and failures per "
+                       "bucket (oldest first), its newest breaker transitions and failed attempts",
+            "parameters": [{"name": "minutes", "in": "query", "schema": {"type": "number", "minimum": 1, "maximum": 1440}}],
+            "responses": _ok({"type": "object", "properties": {
+                "bucket_s": _NUM,
+                "latency": {"type": "array", "items": {"type": "object", "properties": {
+                    "ago": _INT, "p50_ms": {"type": "number", "nullable": True},
+                    "p95_ms": {"type": "number", "nullable": True},
+                    "p99_ms": {"type": "number", "nullable": True},
+                    "attempts": _INT, "failures": _INT}}},
+                "transitions": {"type": "array", "items": {"type": "object", "properties": {
+                    "from_state": _STR, "to_state": _STR, "cooldown_seconds": {"type": "number", "nullable": True},
+                    "at": _TS}}},
+                "failures": {"type": "array", "items": {"type": "object", "properties": {
+                    "delivery_id": {"type": "integer", "nullable": True},
+                    "event_id": {"type": "string", "nullable": True},
+                    "event_type": {"type": "string", "nullable": True}, "at": _TS,
+                    "status_code": {"type": "integer", "nullable": True}, "response_ms": _INT,
+                    "error": {"type": "string", "nullable": True}}}},
+            }})}},
         "/v1/events": {"post": {"summary": "Enqueue an event (fan-out to subscribers)",
                                 "requestBody": _body(_ref("Event")),
                                 "responses": _ok(_ref("Enqueued"), "202")}},
@@ -192,7 +216,8 @@ OPENAPI: dict[str, Any] = {
             "responses": _ok({"type": "object", "properties": {"requeued": _INT}})}},
         "/v1/health": {"get": {"summary": "One-row pipeline summary", "responses": _ok(_ref("Health"))}},
         "/v1/timeline": {"get": {
-            "summary": "Enqueued, delivered and dead per bucket, oldest first",
+            "summary": "Enqueued, delivered and dead per bucket, oldest first, and the queue depth "
+                       "(pending + retrying + in flight) at the end of each bucket",
             "parameters": [{"name": "minutes", "in": "query", "schema": {"type": "number", "minimum": 1, "maximum": 1440}}],
             "responses": _ok({"type": "object"})}},
         "/v1/alerts": {"get": {"summary": "The three alert conditions", "responses": _ok({"type": "object"})}},

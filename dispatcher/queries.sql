@@ -270,7 +270,7 @@ WHERE ctid = ANY (ARRAY(
     LIMIT $2));
 
 -- name: endpoint_health_report
-SELECT e.id AS endpoint_id, e.url, e.enabled, h.state, h.consecutive_failures,
+SELECT e.id AS endpoint_id, e.name, e.url, e.enabled, h.state, h.consecutive_failures,
        h.failure_threshold, h.opened_at, h.cooldown_seconds,
        h.p50_ms, h.p95_ms, h.p99_ms, h.sample_count, h.last_failure_at, h.last_success_at,
        e.max_in_flight, e.rate_per_s, e.burst
@@ -518,3 +518,28 @@ WHERE l.endpoint_id = $1 AND l.measured_at > now() - make_interval(secs => $2::f
   AND (l.error IS NOT NULL OR l.status_code IS NULL OR l.status_code NOT BETWEEN 200 AND 299)
 ORDER BY l.measured_at DESC
 LIMIT $3;
+
+-- name: newest_id
+SELECT coalesce(max(id), 0) FROM webhook_queue;
+
+-- name: probe_new_rows
+-- The idle probe: the rows above a watermark the prober keeps about a
+-- second behind the newest id. A commit of new rows changes the count;
+-- claims and outcomes (updates) do not. One range scan of the primary key,
+-- as long as the rows of the last second or so.
+SELECT count(*) AS n, coalesce(max(id), $1) AS top FROM webhook_queue WHERE id > $1;
+
+-- name: table_health
+-- The hot tables' dead rows, whether autovacuum will see to them (the
+-- server's settings and the table's own), and when they were last vacuumed.
+SELECT s.relname AS table, s.n_live_tup AS live, s.n_dead_tup AS dead,
+       current_setting('autovacuum') = 'on' AND current_setting('track_counts') = 'on'
+           AND NOT coalesce('autovacuum_enabled=false' = ANY (c.reloptions), false)
+           AS autovacuum_on,
+       extract(epoch FROM now() - greatest(s.last_vacuum, s.last_autovacuum))::float8
+           AS since_vacuum_s,
+       pg_total_relation_size(s.relid) AS total_bytes,
+       s.vacuum_count, s.autovacuum_count
+FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+WHERE s.relname = ANY ($1::text[]) AND s.schemaname = current_schema()
+ORDER BY s.relname;

@@ -11,7 +11,7 @@ It decides nothing about gates: it hands the breakers it stored to
 `on_written`, and the engine's gates take them from there.
 
 An outcome is never dropped: a failed write keeps the batch for the next
-try. The buffer is bounded by the worker's max_in_flight, since nothing new
+try. The buffer is bounded by the worker's window (rows in flight), since nothing new
 is claimed while the database is unreachable.
 """
 

@@ -31,6 +31,7 @@ class EndpointRecord(EndpointSettings):
 @dataclass(frozen=True, kw_only=True, slots=True)
 class EndpointHealth:
     endpoint_id: int
+    name: str | None
     url: str
     enabled: bool
     state: str

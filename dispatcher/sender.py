@@ -24,7 +24,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from . import __version__
-from .errors import BadInput, TargetRefused
+from .errors import BadInput, OperationalError, TargetRefused
 from .models import AttemptResult, Endpoint, Verdict
 from .retry import classify_status, parse_retry_after
 from .shaping import (
@@ -181,7 +181,7 @@ def load_payload(body: bytes) -> Any:
         return json.loads(body)
 
 
-def client_context(cert_pem: str, key_pem: str, ca_file: str | None) -> ssl.SSLContext:
+def client_context(cert_pem: str, key_pem: str, ca_file: Path | None) -> ssl.SSLContext:
     """A TLS context presenting this endpoint's client certificate. The
     ssl module loads a chain only from files: written to a private
     temporary folder and removed at once."""
@@ -207,28 +207,35 @@ class Sender:
         body_cap: int = SUCCESS_BODY_BYTES,
         resolver: AbstractResolver | None = None,
         proxy: str | None = None,
-        ca_file: str | None = None,
+        ca_file: Path | None = None,
     ) -> None:
         self.allow_private = allow_private
         self.allowed_networks = allowed_networks
         self._body_cap = body_cap
         self._resolver = resolver
+        self._ca_file = ca_file
         self._session: aiohttp.ClientSession | None = None
         self._proxy = URL(proxy) if proxy else None
         if self._proxy is not None and (self._proxy.scheme != "http" or not self._proxy.host):
             raise BadInput("DISPATCHER_HTTP_PROXY must be an http://host:port URL")
-        self._ca_file = ca_file
-        # Extra trusted CAs beside the system store, for every https target.
-        self._ssl: ssl.SSLContext | bool = True
-        if ca_file:
-            self._ssl = ssl.create_default_context()
-            try:
-                self._ssl.load_verify_locations(cafile=ca_file)
-            except (OSError, ssl.SSLError) as exc:
-                raise BadInput(f"DISPATCHER_CA_FILE {ca_file}: {exc}") from None
+
+    def _tls(self) -> ssl.SSLContext | bool:
+        """The system store, plus DISPATCHER_CA_FILE's certificates when set.
+        Certificates and host names are always verified."""
+        if self._ca_file is None:
+            return True  # aiohttp's default verifying context
+        ctx = ssl.create_default_context()
+        try:
+            ctx.load_verify_locations(cafile=str(self._ca_file))
+        except (OSError, ssl.SSLError) as exc:
+            raise OperationalError(
+                f"DISPATCHER_CA_FILE {self._ca_file}: cannot load CA certificates: {exc}"
+            ) from None
+        return ctx
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(
+            ssl=self._tls(),
             # Concurrency is bounded by the engine (global cap, per-endpoint
             # gates); the connector only pools, keeping sockets per host alive.
             limit=0,
@@ -257,7 +264,7 @@ class Sender:
             self._session = None
 
     def wire(self, endpoint: Endpoint) -> EndpointWire:
-        tls = self._ssl
+        tls: ssl.SSLContext | bool = True  # the connector's context (_tls)
         if endpoint.client_cert is not None and endpoint.client_key is not None:
             tls = client_context(endpoint.client_cert, endpoint.client_key, self._ca_file)
         return EndpointWire(

@@ -61,14 +61,23 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
     return int(_float(env, name, default))
 
 
+def _fixed_window(env: Mapping[str, str]) -> int | None:
+    """DISPATCHER_MAX_IN_FLIGHT fixes the window; unset or `auto` sizes it."""
+    raw = env.get("DISPATCHER_MAX_IN_FLIGHT", "").strip().lower()
+    if raw in ("", "auto"):
+        return None
+    return max(1, _int(env, "DISPATCHER_MAX_IN_FLIGHT", 0))
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Settings:
     database_url: str | None = None
     home: Path = Path(".dispatcher")
     allow_private_targets: bool = False
     admin_token: str | None = None
-    # The engine.
-    max_in_flight: int = 1000
+    # The engine. max_in_flight None: the window is sized from what the
+    # process can sustain (window.py); a number fixes it.
+    max_in_flight: int | None = None
     batch_size: int = 500
     poll_interval_s: float = 1.0
     flush_interval_s: float = 0.02
@@ -87,10 +96,12 @@ class Settings:
     secret_key: str | None = None  # DISPATCHER_SECRET_KEY: encrypts endpoint secrets at rest
     allowed_networks: tuple[str, ...] = ()  # private networks allowed despite the SSRF guard
     max_payload_bytes: int = 256 * 1024
+    # Egress: extra trusted CA certificates (PEM) for https targets, beside
+    # the system store (DISPATCHER_CA_FILE).
+    ca_file: Path | None = None
     sensitive_fields: tuple[str, ...] = SENSITIVE_FIELDS
-    # Egress: every request through this HTTP proxy; extra trusted CAs (PEM).
+    # Egress: every request through this HTTP proxy (DISPATCHER_HTTP_PROXY).
     http_proxy: str | None = None
-    ca_file: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -100,7 +111,7 @@ class Settings:
             home=Path(env.get("DISPATCHER_HOME") or ".dispatcher"),
             allow_private_targets=env.get("DISPATCHER_ALLOW_PRIVATE_TARGETS", "") == "1",
             admin_token=env.get("DISPATCHER_ADMIN_TOKEN") or None,
-            max_in_flight=max(1, _int(env, "DISPATCHER_MAX_IN_FLIGHT", 1000)),
+            max_in_flight=_fixed_window(env),
             batch_size=max(1, _int(env, "DISPATCHER_BATCH_SIZE", 500)),
             poll_interval_s=_float(env, "DISPATCHER_POLL_INTERVAL_S", 1.0),
             grace_s=_float(env, "DISPATCHER_GRACE_S", 25.0),
@@ -117,7 +128,7 @@ class Settings:
             max_payload_bytes=max(1, _int(env, "DISPATCHER_MAX_PAYLOAD_BYTES", 256 * 1024)),
             sensitive_fields=_names(env.get("DISPATCHER_SENSITIVE_FIELDS"), SENSITIVE_FIELDS),
             http_proxy=env.get("DISPATCHER_HTTP_PROXY") or None,
-            ca_file=env.get("DISPATCHER_CA_FILE") or None,
+            ca_file=Path(env["DISPATCHER_CA_FILE"]) if env.get("DISPATCHER_CA_FILE") else None,
         )
 
     def target_policy(self) -> TargetPolicy:

@@ -19,6 +19,9 @@ from .db import MAINTENANCE_LOCK, Conn, Q
 from .models import Delivery, Endpoint, Outcome
 from .secretbox import PREFIX as SEALED
 from .secretbox import SecretBox, SecretUnreadable, unseal
+from .tablehealth import HOT_TABLES, TableHealth
+
+VACUUM_LOCK = MAINTENANCE_LOCK + 1
 
 # ---------------------------------------------------------------- endpoints
 
@@ -204,6 +207,21 @@ async def begin_probe(conn: Conn, endpoint_id: int, worker: str, stale_after_s: 
     return await conn.fetchval(Q["begin_probe"], endpoint_id, worker, stale_after_s) is not None
 
 
+# ---------------------------------------------------------------- the idle probe
+
+
+async def newest_id(conn: Conn) -> int:
+    n: int = await conn.fetchval(Q["newest_id"])
+    return n
+
+
+async def probe_new_rows(conn: Conn, above: int) -> tuple[int, int]:
+    """(rows with an id above `above`, the highest such id or `above`)."""
+    row = await conn.fetchrow(Q["probe_new_rows"], above)
+    assert row is not None
+    return int(row["n"]), int(row["top"])
+
+
 # ---------------------------------------------------------------- maintenance
 
 
@@ -236,6 +254,25 @@ async def maintain(
         if done:
             return 0
     return cursor
+
+
+async def table_health(conn: Conn) -> list[TableHealth]:
+    rows = await conn.fetch(Q["table_health"], list(HOT_TABLES))
+    return [TableHealth(**dict(r)) for r in rows]
+
+
+async def try_vacuum_lock(conn: Conn) -> bool:
+    """A session lock: one worker vacuums at a time (released when its
+    dedicated connection closes)."""
+    return bool(await conn.fetchval("SELECT pg_try_advisory_lock($1)", VACUUM_LOCK))
+
+
+async def vacuum(conn: Conn, table: str) -> None:
+    """VACUUM (ANALYZE) of one hot table; outside any transaction, so on a
+    connection of its own (it may take a while on a large table)."""
+    if table not in HOT_TABLES:
+        raise ValueError(f"not a table maintenance vacuums: {table!r}")
+    await conn.execute(f"VACUUM (ANALYZE) {table}")
 
 
 async def prune_delivered_batch(

@@ -29,7 +29,7 @@ from .errors import BadInput, Conflict, DispatcherError, TargetRefused, UnknownE
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # Open: the probes, the sign-in, the dashboard's code and styles (no data),
-# and `/`, which signs in or answers 401 itself.
+# and `/`, which shows the sign-in form itself (401) to a caller without a session.
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/login", "/"})
 OPEN_PREFIX = "/static/"
 SESSION_COOKIE = "dispatcher_session"
@@ -190,10 +190,19 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         return json_error(500, "internal error")
 
 
+# The sign-in page sends `same-origin` instead: under `no-referrer` a
+# browser's form POST carries `Origin: null`, and /login, which checks the
+# Origin, would refuse every real sign-in. Its URL never holds a secret.
+PAGE_MAY_SET = frozenset({"Referrer-Policy"})
+
+
 async def add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
     """on_response_prepare: every answer, including aiohttp's own, carries them."""
     for name, value in SECURITY_HEADERS.items():
-        response.headers[name] = value
+        if name in PAGE_MAY_SET:
+            response.headers.setdefault(name, value)
+        else:
+            response.headers[name] = value
 
 
 def install(app: web.Application, token: str) -> None:

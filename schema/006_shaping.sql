@@ -36,7 +36,7 @@ RETURNS text LANGUAGE sql IMMUTABLE AS $$
                 ELSE coalesce(p_payload #>> string_to_array(p_key, '.'), '') END
 $$;
 
--- dispatcher_enqueue as in 003, with the endpoint's filter (fan-out only:
+-- dispatcher_enqueue as in 005, with the endpoint's filter (fan-out only:
 -- an event sent to one endpoint by id is sent as asked) and its FIFO lane.
 CREATE OR REPLACE FUNCTION dispatcher_enqueue(
     p_event_type text,
@@ -48,7 +48,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_event_id text := coalesce(p_event_id, 'evt_' || replace(gen_random_uuid()::text, '-', ''));
     v_ids bigint[];
-    v_payload json;
+    v_new int;
     v_doc jsonb;
 BEGIN
     IF p_event_type IS NULL OR p_event_type = '' OR length(p_event_type) > 200 THEN
@@ -60,8 +60,7 @@ BEGIN
     IF p_payload IS NULL THEN
         RAISE EXCEPTION 'payload must not be null' USING ERRCODE = '22023';
     END IF;
-    v_payload := p_payload;
-    IF octet_length(v_payload::text) >
+    IF octet_length(p_payload::text) >
        coalesce(nullif(current_setting('dispatcher.max_payload_bytes', true), '')::int, 262144) THEN
         RAISE EXCEPTION 'payload is over the size limit' USING ERRCODE = '22023';
     END IF;
@@ -71,22 +70,33 @@ BEGIN
     IF EXISTS (SELECT 1 FROM endpoints
                WHERE deleted_at IS NULL AND (filter IS NOT NULL OR ordering_key IS NOT NULL)) THEN
         BEGIN
-            v_doc := v_payload::jsonb;
+            v_doc := p_payload::jsonb;
         EXCEPTION WHEN untranslatable_character OR invalid_text_representation
                        OR invalid_parameter_value THEN
             v_doc := NULL;  -- matches no filter; its lane is the endpoint's ''
         END;
     END IF;
-    INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload, max_attempts, order_key)
-    SELECT e.id, v_event_id, p_event_type, v_payload, e.max_attempts,
-           dispatcher_order_key(e.ordering, e.ordering_key, v_doc)
-    FROM endpoints e
-    WHERE e.deleted_at IS NULL
-      AND CASE WHEN p_endpoint_id IS NULL
-               THEN e.enabled AND (e.event_types @> ARRAY[p_event_type] OR e.event_types @> '{*}')
-                    AND (e.filter IS NULL OR v_doc @> e.filter)
-               ELSE e.id = p_endpoint_id END
-    ON CONFLICT (endpoint_id, event_id) DO NOTHING;
+    WITH ins AS (
+        INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload, max_attempts,
+                                   order_key)
+        SELECT e.id, v_event_id, p_event_type, p_payload, e.max_attempts,
+               dispatcher_order_key(e.ordering, e.ordering_key, v_doc)
+        FROM endpoints e
+        WHERE e.deleted_at IS NULL
+          AND CASE WHEN p_endpoint_id IS NULL
+                   THEN e.enabled AND (e.event_types @> ARRAY[p_event_type] OR e.event_types @> '{*}')
+                        AND (e.filter IS NULL OR v_doc @> e.filter)
+                   ELSE e.id = p_endpoint_id END
+        ON CONFLICT (endpoint_id, event_id) DO NOTHING
+        RETURNING id
+    )
+    SELECT coalesce(array_agg(id ORDER BY id), '{}'), count(*) INTO v_ids, v_new FROM ins;
+    -- A generated id is new; a given one usually is too: every row with it
+    -- is one just inserted, and those are the answer.
+    IF p_event_id IS NULL
+       OR (SELECT count(*) FROM webhook_queue q WHERE q.event_id = v_event_id) = v_new THEN
+        RETURN v_ids;
+    END IF;
     -- Idempotent: a repeated event id answers with the deliveries it already has.
     SELECT coalesce(array_agg(q.id ORDER BY q.id), '{}') INTO v_ids
     FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id

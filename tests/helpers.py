@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -70,6 +71,23 @@ async def cli(db_url: str, *args: str, env: dict[str, str] | None = None,
     out, err = await asyncio.wait_for(proc.communicate(), timeout)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
+
+
+async def bench_smoke(server_url: str, *args: str, timeout: float = 240.0) -> dict[str, Any]:
+    """`dispatcher bench ARGS --smoke --json` from the checkout, as a user runs
+    it; asserts it exited 0 and returns its JSON document."""
+    from tests.conftest import REPO
+
+    env = cli_env(server_url)
+    env.pop("DISPATCHER_ALLOW_PRIVATE_TARGETS")  # the harness sets it for its own processes
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "dispatcher", "bench", *args, "--smoke", "--json",
+        env=env, cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    doc: dict[str, Any] = json.loads(out)
+    return doc
 
 
 # A worker as tests run it: short lease margin and poll, a bounded grace.

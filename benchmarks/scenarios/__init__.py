@@ -7,8 +7,10 @@ from __future__ import annotations
 from ..bench import Runner
 from .fast import run_fast
 from .faults import run_faults
+from .internet import run_internet
 from .many import run_many
 from .noisy import run_noisy
+from .producers import run_producers
 from .slow200 import run_slow200
 from .two import run_two
 from .wake import run_wake
@@ -21,6 +23,8 @@ RUNNERS: dict[str, Runner] = {
     "two": run_two,
     "wake": run_wake,
     "faults": run_faults,
+    "producers": run_producers,
+    "internet": run_internet,
 }
 
 __all__ = ["RUNNERS"]

@@ -6,24 +6,11 @@ Rates are not asserted (they are measured by `make bench`, not tested).
 
 from __future__ import annotations
 
-import asyncio
-import json
-import sys
-
-from tests.conftest import REPO
-from tests.helpers import cli_env
+from tests.helpers import bench_smoke
 
 
 async def test_faults_smoke(server_url: str) -> None:
-    env = cli_env(server_url)
-    env.pop("DISPATCHER_ALLOW_PRIVATE_TARGETS")
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "dispatcher", "bench", "faults", "--smoke", "--json",
-        env=env, cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), 240)
-    assert proc.returncode == 0, err.decode()[-3000:]
-    doc = json.loads(out)
+    doc = await bench_smoke(server_url, "faults")
     assert doc["scenario"] == "faults" and not doc["problems"], doc["problems"]
     cases = doc["cases"]
     assert set(cases) == {"healthy", "30 % resets", "30 % 500s", "30 % hangs", "10 % cut bodies"}

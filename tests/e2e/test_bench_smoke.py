@@ -6,24 +6,11 @@ through `dispatcher bench`, and that its correctness checks hold.
 
 from __future__ import annotations
 
-import asyncio
-import json
-import sys
-
-from tests.conftest import REPO
-from tests.helpers import cli_env
+from tests.helpers import bench_smoke
 
 
 async def test_bench_smoke(server_url: str) -> None:
-    env = cli_env(server_url)
-    env.pop("DISPATCHER_ALLOW_PRIVATE_TARGETS")  # the harness sets it for its own processes
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "dispatcher", "bench", "--smoke", "--json",
-        env=env, cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode == 0, err.decode()[-3000:]
-    doc = json.loads(out)
+    doc = await bench_smoke(server_url, timeout=120)
     assert doc["scenario"] == "fast" and doc["ok"] and not doc["problems"]
     d = doc["dispatcher"]
     assert d["lost"] == 0 and d["duplicates"] == 0

@@ -243,15 +243,17 @@ async def test_breaker_half_open_probe_closes_on_success(
     assert states == [("closed", "open"), ("open", "half_open"), ("half_open", "closed")]
 
 
-async def test_notify_wakes_idle_engine(conn: asyncpg.Connection, db_url: str,
+async def test_commit_wakes_idle_engine(conn: asyncpg.Connection, db_url: str,
                                         receiver: Receiver) -> None:  # fmt: skip
+    """Producers do not NOTIFY (schema 005): the idle probe sees the commit,
+    long before the 30 s poll would."""
     from tests.helpers import engine
 
     await add_endpoint(conn, receiver.url("/ok"))
     e = engine(db_url, poll_interval_s=30.0)
     task = asyncio.create_task(e.run())
     try:
-        await asyncio.sleep(0.5)  # engine is idle, waiting on NOTIFY
+        await asyncio.sleep(0.5)  # engine is idle, probing
         receiver.arrived.clear()
         async with conn.transaction():
             await enqueue(conn, "t", orjson.dumps({"a": 1}), "wake")
@@ -262,28 +264,62 @@ async def test_notify_wakes_idle_engine(conn: asyncpg.Connection, db_url: str,
     assert len(receiver.received) == 1
 
 
-async def test_bulk_copy_wakes_listeners_once(conn: asyncpg.Connection, db_url: str) -> None:
+async def test_commits_in_any_order_wake_idle_engine(
+    conn: asyncpg.Connection, db_url: str, receiver: Receiver
+) -> None:
+    """A transaction that inserted first and commits last (its id below rows
+    already seen) still wakes the engine at once: the probe counts rows
+    above a watermark about a second behind, not above the newest id."""
+    from tests.helpers import engine
+
+    await add_endpoint(conn, receiver.url("/ok"))
+    other = await asyncpg.connect(db_url)
+    e = engine(db_url, poll_interval_s=30.0)
+    task = asyncio.create_task(e.run())
+    try:
+        await asyncio.sleep(0.5)
+        slow = other.transaction()
+        await slow.start()
+        await enqueue(other, "t", orjson.dumps({"n": 1}), "early-id")
+        async with conn.transaction():
+            await enqueue(conn, "t", orjson.dumps({"n": 2}), "later-id")
+        while len(receiver.received) < 1:
+            await asyncio.wait_for(receiver.arrived.wait(), 5)
+            receiver.arrived.clear()
+        await asyncio.sleep(0.2)
+        await slow.commit()
+        t0 = time.monotonic()
+        while len(receiver.received) < 2:
+            await asyncio.wait_for(receiver.arrived.wait(), 5)
+            receiver.arrived.clear()
+        waited = time.monotonic() - t0
+    finally:
+        e.stop()
+        await asyncio.wait_for(task, 10)
+        await other.close()
+    assert len(receiver.received) == 2
+    assert waited < 5  # the poll is 30 s: only the probe can have found it
+
+
+async def test_commits_wake_no_listener(conn: asyncpg.Connection, db_url: str) -> None:
+    """Neither the SQL function nor the bulk COPY sends a NOTIFY: producers'
+    commits never take the server-wide notify lock."""
     from dispatcher import catalog
 
     await add_endpoint(conn, "https://example.com/hook")
     seen: list[str] = []
-    got = asyncio.Event()
     listener = await asyncpg.connect(db_url)
-
-    def note(*args: object) -> None:
-        seen.append(str(args[2]))
-        got.set()
-
-    await listener.add_listener("dispatcher_due", note)
+    await listener.add_listener("dispatcher_due", lambda *args: seen.append(str(args[2])))
     try:
-        n = await catalog.enqueue_bulk(conn, [(f"c{i}", "t", "{}", None) for i in range(2000)])
-        assert n == 2000
-        await asyncio.wait_for(got.wait(), 5)
-        await conn.execute("SELECT pg_notify('marker', '')")  # a round trip after the commit
+        n = await catalog.enqueue_bulk(conn, [(f"c{i}", "t", "{}", None) for i in range(200)])
+        assert n == 200
+        async with conn.transaction():
+            await enqueue(conn, "t", orjson.dumps({"a": 1}), "one")
+        await listener.execute("SELECT pg_notify('marker', '')")  # a round trip after the commits
         await asyncio.sleep(0.2)
     finally:
         await listener.close()
-    assert seen == ["dispatcher_due"]
+    assert seen == []
 
 
 async def test_enqueue_inside_rolled_back_transaction_creates_nothing(

@@ -139,3 +139,17 @@ def test_timeouts_below_the_share_never_decrease(
         prev = s.limit
         s = on_timeout(s, now) if k % 3 == 0 else on_success(s, 5.0, now)
         assert s.limit >= prev
+
+
+def test_latency_while_saturated_is_not_held_against_the_endpoint() -> None:
+    # Our own loop lagging inflates every answer's latency: neither a trim
+    # nor a lesson for the baseline; the limit still grows.
+    s = on_overload(initial(100), now=0.0)
+    s = on_success(s, 100.0, now=1.0)
+    base, limit = s.baseline_ms, s.limit
+    for i in range(20):
+        s = on_success(s, 2_000.0, now=2.0 + i * DECREASE_INTERVAL_S, saturated=True)
+    assert s.baseline_ms == base and s.limit > limit
+    s = on_success(s, 2_000.0, now=100.0)  # the same latency with headroom: a trim
+    assert s.limit < limit + 20 * (1 / limit) and s.baseline_ms is not None
+    assert s.baseline_ms > base

@@ -1,0 +1,150 @@
+// What every view shares: calls to /v1/ with the session cookie, the names
+// people know endpoints by, and the formatting of times, durations and results.
+//
+// Signed in by an HttpOnly SameSite=Strict cookie, so no token lives in this
+// page or in browser storage; a state change sends the CSRF token the server
+// wrote into the page, which another site's page cannot read.
+const csrf = document.querySelector('meta[name="csrf-token"]').content;
+
+export class SignedOut extends Error {}
+
+async function call(method, path, body) {
+  const init = { method, credentials: "same-origin", headers: {} };
+  if (method !== "GET") init.headers["X-CSRF-Token"] = csrf;
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const r = await fetch(path, init);
+  if (r.status === 401) {
+    location.assign("/login");
+    throw new SignedOut("signed out");
+  }
+  const doc = await r.json().catch(() => null);
+  if (!r.ok) throw new Error(doc && doc.error ? doc.error : `${path}: HTTP ${r.status}`);
+  return doc;
+}
+
+export const get = path => call("GET", path);
+export const post = (path, body) => call("POST", path, body);
+
+export async function signOut() {
+  await fetch("/logout", { method: "POST", credentials: "same-origin", headers: { "X-CSRF-Token": csrf } });
+  location.assign("/login");
+}
+
+// ---------------------------------------------------------------- endpoints by name
+
+let endpoints = new Map();
+
+// Every view names endpoints; one list, reloaded with each refresh of the
+// view that asks, keeps renamed or new endpoints current without a reload.
+export async function loadEndpoints() {
+  const list = await get("/v1/endpoints");
+  endpoints = new Map(list.map(e => [e.id, e]));
+  return list;
+}
+
+export const endpointById = id => endpoints.get(id);
+
+export function label(id) {
+  const e = endpoints.get(id);
+  if (!e) return `deleted endpoint #${id}`;
+  if (e.name) return e.name;
+  try {
+    const u = new URL(e.url);
+    return u.host + (u.pathname === "/" ? "" : u.pathname);
+  } catch {
+    return e.url;
+  }
+}
+
+export function endpointLink(id) {
+  const e = endpoints.get(id);
+  const title = e ? ` title="${esc(e.url)}"` : "";
+  return `<a href="#/endpoints/${id}"${title}>${esc(label(id))}</a>`;
+}
+
+export function endpointOptions(selected, blank) {
+  const opts = [...endpoints.values()].map(e =>
+    `<option value="${e.id}"${e.id === selected ? " selected" : ""}>${esc(label(e.id))}</option>`);
+  return (blank ? `<option value="">${esc(blank)}</option>` : "") + opts.join("");
+}
+
+// ---------------------------------------------------------------- formatting
+
+export function esc(s) {
+  return String(s).replace(/[&<>"']/g, c => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+}
+
+export function num(v) {
+  if (v === null || v === undefined) return "–";
+  return Number.isInteger(v) ? v.toLocaleString() : v.toFixed(1);
+}
+
+export function ms(v) {
+  if (v === null || v === undefined) return "–";
+  return v >= 10000 ? `${(v / 1000).toFixed(1)} s` : `${Math.round(v).toLocaleString()} ms`;
+}
+
+export function duration(seconds) {
+  if (seconds === null || seconds === undefined) return "–";
+  if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
+  if (seconds < 10) return `${Number(seconds.toFixed(1))} s`;
+  const s = Math.round(seconds);
+  if (s < 120) return `${s} s`;
+  if (s < 7200) return `${Math.round(s / 60)} min`;
+  if (s < 172800) return `${(s / 3600).toFixed(1)} h`;
+  return `${Math.round(s / 86400)} days`;
+}
+
+export function when(ts) {
+  if (!ts) return "–";
+  const t = new Date(ts);
+  const today = t.toDateString() === new Date().toDateString();
+  return today ? t.toLocaleTimeString() : t.toLocaleString();
+}
+
+export function ago(ts) {
+  if (!ts) return "–";
+  const s = (Date.now() - new Date(ts).getTime()) / 1000;
+  return s < 0 ? `in ${duration(-s)}` : `${duration(s)} ago`;
+}
+
+const STATUS = {
+  pending: "pending", in_flight: "in flight", failed: "retry scheduled",
+  delivered: "delivered", dead_letter: "dead letter",
+};
+export const statusPill = s => `<span class="pill st-${esc(s)}">${esc(STATUS[s] || s)}</span>`;
+
+const STATES = { closed: "closed", open: "open", half_open: "half-open" };
+export const breakerPill = s => `<span class="pill ${esc(s)}">${esc(STATES[s] || s)}</span>`;
+
+// One attempt's outcome as people read it: the status line, or why there was none.
+export function result(statusCode, error) {
+  if (statusCode !== null && statusCode !== undefined) {
+    return error && !error.startsWith("HTTP ") ? `HTTP ${statusCode}: ${error}` : `HTTP ${statusCode}`;
+  }
+  return error || "–";
+}
+
+export function table(head, rows, empty) {
+  const body = rows.length ? rows.join("") : `<tr><td colspan="${head.length}" class="quiet">${esc(empty)}</td></tr>`;
+  return `<div class="scroll"><table><thead><tr>${head.map(h => `<th>${esc(h)}</th>`).join("")}</tr></thead><tbody>${body}</tbody></table></div>`;
+}
+
+// ---------------------------------------------------------------- errors
+
+export function showError(e) {
+  if (e instanceof SignedOut) return;
+  document.getElementById("err").textContent = e.message;
+}
+
+// A click handler whose failure is shown in the header, not lost in the console.
+export const act = fn => async ev => {
+  try {
+    await fn(ev);
+  } catch (e) {
+    showError(e);
+  }
+};
