@@ -133,7 +133,9 @@ class Settings:
 
     def target_policy(self) -> TargetPolicy:
         return TargetPolicy(
-            allow_private=self.allow_private_targets, allowed_networks=self.allowed_networks
+            allow_private=self.allow_private_targets,
+            allowed_networks=self.allowed_networks,
+            names_via_proxy=self.http_proxy is not None,
         )
 
     def secret_box(self) -> SecretBox | None:

@@ -179,6 +179,9 @@ class TargetPolicy:
 
     allow_private: bool = False
     allowed_networks: tuple[str, ...] = ()
+    # Behind DISPATCHER_HTTP_PROXY the proxy resolves names: only literal
+    # addresses are judged here, and the proxy must enforce the rest.
+    names_via_proxy: bool = False
 
 
 def _refused(why: str) -> BadInput:

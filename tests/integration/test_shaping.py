@@ -101,7 +101,9 @@ async def test_a_2xx_that_says_success_false_is_retried(
     row = await conn.fetchrow("SELECT * FROM webhook_queue WHERE id = $1", ids[0])
     assert row["status"] == "delivered" and row["attempt_count"] == 3
     assert len(receiver.received) == 3
-    errors = await conn.fetch("SELECT status_code, error FROM endpoint_latency ORDER BY measured_at")
+    errors = await conn.fetch(
+        "SELECT status_code, error FROM endpoint_latency ORDER BY measured_at"
+    )
     assert [(e["status_code"], e["error"]) for e in errors][:2] == [
         (200, "response did not match success_body")
     ] * 2
