@@ -12,10 +12,10 @@ from dispatcher.errors import BadInput, UnknownEndpoint
 from dispatcher.inputs import spec_from_fields
 from dispatcher.secretbox import SecretBox
 
-PUBLIC_KEYS = ["id", "url", "event_types", "rate_per_s", "burst", "max_in_flight", "timeout_ms",
-               "max_attempts", "retry_base_ms", "retry_cap_ms", "failure_threshold",
-               "cooldown_s", "headers", "enabled", "disabled_reason", "created_at",
-               "updated_at"]  # fmt: skip
+PUBLIC_KEYS = ["id", "name", "url", "description", "event_types", "rate_per_s", "burst",
+               "max_in_flight", "timeout_ms", "max_attempts", "retry_base_ms", "retry_cap_ms",
+               "failure_threshold", "cooldown_s", "headers", "enabled", "disabled_reason",
+               "created_at", "updated_at"]  # fmt: skip
 
 
 async def _add(conn: asyncpg.Connection, **fields: Any) -> dict[str, Any]:
@@ -87,7 +87,9 @@ async def test_replay_checks_and_caps(conn: asyncpg.Connection) -> None:
 
 async def test_report_defaults_and_limits(conn: asyncpg.Connection) -> None:
     doc = await reports.timeline(conn)
-    assert doc["bucket_s"] == 10.0 and len(doc["points"]) == 90
+    span_s = reports.DEFAULT_TIMELINE_MINUTES * 60
+    assert doc["bucket_s"] == span_s / reports.TIMELINE_POINTS
+    assert len(doc["points"]) == reports.TIMELINE_POINTS
     for bad in (0, -1, 24 * 366):
         with pytest.raises(BadInput):
             await reports.dlq_analyze(conn, bad)
