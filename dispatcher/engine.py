@@ -164,7 +164,7 @@ class Engine:
                 self.metrics.watch_worker(lambda: db.connected, lambda: self.waiting_outcomes)
             self._supervise("listener", self._listener.run())
             # Producers do not NOTIFY (schema 005): new rows are found by probing.
-            prober = Prober(pool, self._wake, db, busy=lambda: self._last_got > 0)
+            prober = Prober(self.url, self._wake, db, busy=lambda: self._last_got > 0)
             self._supervise("prober", prober.run())
             self._supervise("flusher", self._recorder.run())
             self._supervise("refresher", self._refresher.run())
