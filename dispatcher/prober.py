@@ -6,8 +6,9 @@ server at commit and keeps it through its WAL flush, so producers that
 enqueue in their own transactions commit one at a time. Producers now
 commit like any INSERT, and each worker asks instead:
 
-- while its last claim found rows (busy), it just claims again every tick:
-  the claim is the probe, and it costs nothing while the window is full;
+- while busy (the last claim that ran found rows), it just wakes the loop
+  every tick: the claim is the probe, and it costs no query while the
+  window is full or no endpoint can take more;
 - while idle, it counts the rows above a watermark (one primary-key range
   scan of the last second's rows) and wakes the engine when the count
   changes. Updates (claims, outcomes) do not change it; a commit of new rows
