@@ -151,7 +151,7 @@ class Engine:
             s, db = self.settings, self.connectivity
             self._recorder = Recorder(pool, worker=self.worker, stats=self.stats, settings=s,
                                       metrics=self.metrics, connectivity=db,
-                                      on_written=self._gates.breakers_written)  # fmt: skip
+                                      on_written=self._gates.results_written)  # fmt: skip
             self._refresher = Refresher(pool, self._gates, worker=self.worker, settings=s,
                                         box=s.secret_box(), connectivity=db, stats=self.stats,
                                         wake=self._wake, holding=self._holding)  # fmt: skip
