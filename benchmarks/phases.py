@@ -145,7 +145,7 @@ async def raw_ceiling(
     requests = bench.opts.given.get("raw_requests") or min(requests, 50_000)
     out = []
     for i in range(passes):
-        if bench.children.remaining() < 45 and not bench.opts.smoke:
+        if bench.run_limit_s() < 45 and not bench.opts.smoke:
             progress("raw: skipped, the overall timeout is near")
             break
         await settle()

@@ -82,6 +82,16 @@ def _rss_mb(pid: int) -> float | None:
     return None
 
 
+def _worker_pid(pids: list[int]) -> int | None:
+    """The `dispatcher run` child among the bench's children (not the receiver)."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if b"run" in argv and any(a.endswith(b"dispatcher") for a in argv):
+                return pid
+    return None
+
+
 def _row(t_s: float, offered: int, win: dict[str, Any], rss: float | None,
          tbl: dict[str, dict[str, int]]) -> dict[str, Any]:  # fmt: skip
     q = tbl.get("webhook_queue", {})
@@ -172,6 +182,9 @@ async def soak_body(bench: Bench, opts: Options, a: argparse.Namespace) -> dict[
     report = bench.report
     report["autovacuum"] = await autovacuum_setting(admin)
 
+    def run_pid() -> int | None:
+        return _worker_pid(list(bench.children.live))
+
     async def capacity() -> float:
         t0 = time.monotonic()
         n = await paced(conns, 1e9, a.capacity_s, enqueue_args(f"cap-{run_id}", payload))
@@ -212,8 +225,7 @@ async def soak_body(bench: Bench, opts: Options, a: argparse.Namespace) -> dict[
                 until = await db_now(admin)
                 win = await window(admin, since, until)
                 since = until
-                pids = list(bench.children.live)
-                rss = _rss_mb(pids[0]) if pids else None
+                rss = _rss_mb(run_pid()) if run_pid() else None
                 offered, last_done = sum(done) - last_done, sum(done)
                 row = _row(time.monotonic() - t0, offered, win, rss, await tables(admin))
                 state["rows"].append(row)

@@ -92,7 +92,7 @@ class Engine:
         self._window = window.initial(settings.max_in_flight, now=time.monotonic())
         self._window_max = self._window.limit
         self._since_claim = 0
-        self._last_got = 0  # rows the loop's last claim got: the prober's busy signal
+        self._last_got = 0  # rows the last claim that ran got: the prober's busy signal
         self._tasks: dict[asyncio.Task[tuple[Outcome, AttemptResult | None]], Job] = {}
         self._background: list[asyncio.Task[None]] = []
         self._claim_failing_since = 0.0
@@ -153,7 +153,7 @@ class Engine:
             s, db = self.settings, self.connectivity
             self._recorder = Recorder(pool, worker=self.worker, stats=self.stats, settings=s,
                                       metrics=self.metrics, connectivity=db,
-                                      on_written=self._gates.breakers_written)  # fmt: skip
+                                      on_written=self._gates.results_written)  # fmt: skip
             self._refresher = Refresher(pool, self._gates, worker=self.worker, settings=s,
                                         box=s.secret_box(), connectivity=db, stats=self.stats,
                                         wake=self._wake, holding=self._holding)  # fmt: skip
@@ -166,7 +166,7 @@ class Engine:
                 self.metrics.watch_worker(lambda: db.connected, lambda: self.waiting_outcomes)
             self._supervise("listener", self._listener.run())
             # Producers do not NOTIFY (schema 005): new rows are found by probing.
-            prober = Prober(pool, self._wake, db, busy=lambda: self._last_got > 0)
+            prober = Prober(self.url, self._wake, db, busy=lambda: self._last_got > 0)
             self._supervise("prober", prober.run())
             self._supervise("flusher", self._recorder.run())
             self._supervise("refresher", self._refresher.run())
@@ -203,7 +203,6 @@ class Engine:
         while not self._stopping:
             self._wake.clear()
             got, budget_left = await self._claim()
-            self._last_got = got
             if self._stopping:
                 break
             if self._drain and got == 0 and self._inflight == 0 and not self._claim_failed:
@@ -333,6 +332,10 @@ class Engine:
             self.metrics.claim_seconds.observe(time.perf_counter() - t0)
             self.metrics.in_flight.set(self._inflight + len(rows))
         self._since_claim = 0
+        # Only a claim that ran says busy or idle: a full window or no
+        # sendable endpoint keeps the last answer (the prober then wakes
+        # the loop each tick, which costs no query, rather than probing).
+        self._last_got = len(rows)
         for d in rows:
             self._start(d)
         return len(rows), len(rows) == limit and self._inflight < self._window.limit

@@ -6,7 +6,7 @@ may take (so a claim never holds rows it cannot start soon), and whether a
 claimed row may be sent now.
 
 A gate owns its state: other modules tell it what happened (`claimed`,
-`sent`, `completed`, `released`, `probe_won`, `sync`, `breaker_written`) and
+`sent`, `completed`, `released`, `probe_won`, `sync`, `results_written`) and
 ask it questions; none assigns its fields.
 
 Limits hold for the endpoint as a whole: with n live workers each gate runs
@@ -135,6 +135,7 @@ class Gate:
         "probing",
         "rate_share",
         "sem",
+        "unwritten",
         "wire",
     )
 
@@ -152,6 +153,10 @@ class Gate:
         # are dead-lettered, the rest flow on.
         self.broken = broken
         self.breaker = breaker  # this process's view; the database's is the truth
+        # Results folded into self.breaker that the recorder has not stored
+        # yet: until it has, a stored breaker read from the database is
+        # older than this view (a refresh must not reopen what just tripped).
+        self.unwritten = 0
         self.max_share = endpoint.max_in_flight  # this process's part of max_in_flight
         self.rate_share = endpoint.rate_per_s
         self.sem = asyncio.Semaphore(endpoint.max_in_flight)
@@ -203,7 +208,8 @@ class Gate:
         workers' outcomes included), who holds the probe, p95, a pause."""
         self.p95_ms = state.p95_ms
         self.paused_until = max(self.paused_until, now_mono + state.paused_for_s)
-        self.breaker = state.breaker
+        if self.unwritten == 0:
+            self.breaker = state.breaker
         self.probing = state.breaker.state is BreakerState.HALF_OPEN and state.probe_owner == worker
         if not self.probing:
             self.probe_sent = False
@@ -308,6 +314,7 @@ class Gate:
             self.paused_until = max(self.paused_until, mono + pause_s)
         ok = None if result is None else result.verdict is Verdict.SUCCESS
         ready = self.order.completed(seq, ok, mono)
+        self.unwritten += len(ready)  # the caller hands them to the recorder
         if ready and (not all(ready) or not self._clean()):
             self.breaker, _ = fold(
                 self.breaker,
@@ -325,8 +332,13 @@ class Gate:
     def threshold(self) -> int:
         return effective_threshold(self.endpoint.failure_threshold, self.p95_ms)
 
-    def breaker_written(self, b: Breaker) -> None:
-        """The recorder stored this breaker: it is the truth now."""
+    def results_written(self, n: int, b: Breaker | None) -> None:
+        """The recorder stored `n` of this gate's results, and `b`, the
+        breaker they left (None: they could not change it). It is the truth
+        now, unless later results are folded here and not stored yet."""
+        self.unwritten = max(0, self.unwritten - n)
+        if b is None or self.unwritten:
+            return
         self.breaker = b
         if b.state is not BreakerState.HALF_OPEN:
             self.probing = False
@@ -421,8 +433,8 @@ class Gates:
                 log.event("endpoint_broken", logging.ERROR, endpoint_id=ep.id, reason=broken)
         return wire, broken
 
-    def breakers_written(self, breakers: dict[int, Breaker]) -> None:
-        for endpoint_id, b in breakers.items():
+    def results_written(self, counts: dict[int, int], breakers: dict[int, Breaker]) -> None:
+        for endpoint_id, n in counts.items():
             gate = self._gates.get(endpoint_id)
             if gate is not None:
-                gate.breaker_written(b)
+                gate.results_written(n, breakers.get(endpoint_id))

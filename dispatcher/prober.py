@@ -6,8 +6,9 @@ server at commit and keeps it through its WAL flush, so producers that
 enqueue in their own transactions commit one at a time. Producers now
 commit like any INSERT, and each worker asks instead:
 
-- while its last claim found rows (busy), it just claims again every tick:
-  the claim is the probe, and it costs nothing while the window is full;
+- while busy (the last claim that ran found rows), it just wakes the loop
+  every tick: the claim is the probe, and it costs no query while the
+  window is full or no endpoint can take more;
 - while idle, it counts the rows above a watermark (one primary-key range
   scan of the last second's rows) and wakes the engine when the count
   changes. Updates (claims, outcomes) do not change it; a commit of new rows
@@ -17,8 +18,9 @@ commit like any INSERT, and each worker asks instead:
   engine's poll (poll_interval_s), as retries and expired leases are.
 
 It never claims or decides anything itself: it only sets the engine's wake
-event. Database errors are reported to the worker's Connectivity and the
-probe carries on.
+event. It keeps a connection of its own (a pooled one would cost more per
+probe in the acquire than in the query) and opens a new one after a
+database error, which is reported to the worker's Connectivity.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import asyncpg
 
 from . import store
 from .connectivity import Connectivity
-from .db import DATABASE_ERRORS, acquire
+from .db import DATABASE_ERRORS
 
 # How often an idle worker looks: half of it is the average added wake latency.
 TICK_S = 0.01
@@ -48,7 +50,7 @@ ERROR_PAUSE_S = 1.0
 class Prober:
     def __init__(
         self,
-        pool: asyncpg.Pool,
+        url: str,
         wake: asyncio.Event,
         connectivity: Connectivity,
         *,
@@ -56,7 +58,8 @@ class Prober:
         tick_s: float = TICK_S,
         band_s: float = BAND_S,
     ) -> None:
-        self._pool = pool
+        self._url = url
+        self._conn: asyncpg.Connection | None = None
         self._wake = wake
         self._db = connectivity
         self._busy = busy
@@ -78,23 +81,26 @@ class Prober:
             self._mark = self._tops.popleft()[1]
         return self._mark
 
+    async def _connection(self) -> asyncpg.Connection:
+        if self._conn is None or self._conn.is_closed():
+            self._conn = await asyncpg.connect(self._url, timeout=10, command_timeout=30)
+        return self._conn
+
     async def step(self) -> None:
         now = time.monotonic()
+        conn = await self._connection()
         if self._mark < 0:
-            async with acquire(self._pool) as conn:
-                self._mark = await store.newest_id(conn)
+            self._mark = await store.newest_id(conn)
             self._note(now, self._mark)
             return
         if self._busy():
             self._wake.set()
             self._advance(now)
             if not self._tops or now - self._tops[-1][0] >= NOTE_S:
-                async with acquire(self._pool) as conn:
-                    self._note(now, await store.newest_id(conn))
+                self._note(now, await store.newest_id(conn))
             return
         mark = self._advance(now)
-        async with acquire(self._pool) as conn:
-            n, top = await store.probe_new_rows(conn, mark)
+        n, top = await store.probe_new_rows(conn, mark)
         self.probes += 1
         self._note(now, top)
         # News when the count above the same mark changed; a moved mark
@@ -105,12 +111,21 @@ class Prober:
             self._wake.set()
 
     async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self._tick_s)
-            try:
-                await self.step()
-            except DATABASE_ERRORS as exc:
-                self._db.failed("probe", exc)
-                await asyncio.sleep(ERROR_PAUSE_S)
-            else:
-                self._db.ok()
+        try:
+            while True:
+                await asyncio.sleep(self._tick_s)
+                try:
+                    await self.step()
+                except DATABASE_ERRORS as exc:
+                    self._db.failed("probe", exc)
+                    self._drop()
+                    await asyncio.sleep(ERROR_PAUSE_S)
+                else:
+                    self._db.ok()
+        finally:
+            self._drop()
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.terminate()
+            self._conn = None

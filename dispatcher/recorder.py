@@ -48,7 +48,7 @@ class Recorder:
         settings: Settings,
         metrics: Metrics | None,
         connectivity: Connectivity,
-        on_written: Callable[[dict[int, Breaker]], None],
+        on_written: Callable[[dict[int, int], dict[int, Breaker]], None],
     ) -> None:
         self._pool = pool
         self.worker = worker
@@ -165,8 +165,8 @@ class Recorder:
                 self._clean_at[eid] = now_mono
             else:
                 self._clean_at.pop(eid, None)
-        if written:
-            self._on_written(written)
+        if results:
+            self._on_written({eid: len(oks) for eid, oks in results.items()}, written)
         if self.metrics is not None:
             m = self.metrics
             m.flush_seconds.observe(time.perf_counter() - t0)

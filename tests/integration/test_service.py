@@ -88,7 +88,9 @@ async def test_replay_checks_and_caps(conn: asyncpg.Connection) -> None:
 
 async def test_report_defaults_and_limits(conn: asyncpg.Connection) -> None:
     doc = await reports.timeline(conn)
-    assert doc["bucket_s"] == 10.0 and len(doc["points"]) == 90
+    span_s = reports.DEFAULT_TIMELINE_MINUTES * 60
+    assert doc["bucket_s"] == span_s / reports.TIMELINE_POINTS
+    assert len(doc["points"]) == reports.TIMELINE_POINTS
     for bad in (0, -1, 24 * 366):
         with pytest.raises(BadInput):
             await reports.dlq_analyze(conn, bad)

@@ -136,9 +136,29 @@ def test_a_run_of_failures_in_send_order_opens_the_local_view() -> None:
     assert not g.sendable() and g.budget(time.monotonic()) == 0
 
 
+def test_a_stored_breaker_older_than_the_local_view_does_not_reopen_it() -> None:
+    """A refresh (or another flush's write) that read the breaker before this
+    process's newest results were stored must not undo what they tripped."""
+    g = _gate(failure_threshold=3)
+    stale = g.breaker  # as stored: closed, no failures
+    for _ in range(3):
+        g.completed(g.order.sent(time.monotonic()), _result(False), None, 0.0)
+    assert g.breaker.state is BreakerState.OPEN and g.unwritten == 3
+    ep = g.endpoint
+    g.sync(EndpointState(ep, stale, None, None, 0.0), "w", time.monotonic())
+    assert g.breaker.state is BreakerState.OPEN  # the refresh was older: kept
+    g.results_written(2, stale)  # an earlier flush: one result still unstored
+    assert g.breaker.state is BreakerState.OPEN and g.unwritten == 1
+    stored = replace(stale, state=BreakerState.OPEN, opened_at=0.0, consecutive_failures=3)
+    g.results_written(1, stored)  # everything stored: the database is the truth again
+    assert g.unwritten == 0 and g.breaker == stored
+    g.sync(EndpointState(ep, Breaker(), None, None, 0.0), "w", time.monotonic())
+    assert g.breaker == Breaker()  # e.g. an operator reset it
+
+
 def test_probe_lifecycle_goes_through_the_gate() -> None:
     g = _gate()
-    g.breaker_written(replace(g.breaker, state=BreakerState.OPEN, opened_at=0.0))
+    g.results_written(0, replace(g.breaker, state=BreakerState.OPEN, opened_at=0.0))
     assert g.may_probe()
     g.probe_won()
     assert g.breaker.state is BreakerState.HALF_OPEN and g.budget(time.monotonic()) == 1
@@ -146,7 +166,7 @@ def test_probe_lifecycle_goes_through_the_gate() -> None:
     assert g.budget(time.monotonic()) == 0  # exactly one probe
     g.released(spent=False)  # went back unsent: it may be claimed again
     assert g.budget(time.monotonic()) == 1
-    g.breaker_written(Breaker())
+    g.results_written(0, Breaker())
     assert not g.probing and g.budget(time.monotonic()) > 1
 
 
@@ -164,7 +184,7 @@ def test_gates_registry_adds_updates_and_forgets_endpoints() -> None:
     g = gates[7]
     assert due == [g] and g.wire.url == moved.url and g.breaker == opened
     assert g.p95_ms == 900.0 and g.paused_for() > 1.0 and g.max_share == 50
-    gates.breakers_written({7: Breaker(), 8: Breaker()})  # 8 is not ours: ignored
+    gates.results_written({7: 0, 8: 0}, {7: Breaker(), 8: Breaker()})  # 8 is not ours
     assert g.breaker == Breaker()
     gates.sync([], "w", 1, 0)
     assert len(gates) == 0 and gates.ids == []
