@@ -222,3 +222,18 @@ async def test_the_shape_is_listed_and_patchable(db_url: str) -> None:
         None,
         "none",
     )
+
+
+async def test_a_payload_jsonb_cannot_hold_still_reaches_unfiltered_endpoints(
+    conn: asyncpg.Connection,
+) -> None:
+    plain, _ = await add_endpoint(conn, "https://example.com/plain")
+    await add_endpoint(conn, "https://example.com/f", filter='{"a": "x"}')
+    fifo, _ = await add_endpoint(conn, "https://example.com/o", ordering="fifo",
+                                 ordering_key="a")  # fmt: skip
+    ids = await conn.fetchval(
+        "SELECT dispatcher_enqueue('t', $1::json, 'nul')", '{"a": "x\\u0000"}'
+    )
+    rows = await conn.fetch("SELECT endpoint_id, order_key FROM webhook_queue ORDER BY id")
+    assert len(ids) == 2
+    assert [(r["endpoint_id"], r["order_key"]) for r in rows] == [(plain, None), (fifo, "")]

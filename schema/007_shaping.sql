@@ -36,7 +36,19 @@ RETURNS text LANGUAGE sql IMMUTABLE AS $$
                 ELSE coalesce(p_payload #>> string_to_array(p_key, '.'), '') END
 $$;
 
--- dispatcher_enqueue as in 005, with the endpoint's filter (fan-out only:
+-- A payload as jsonb, or NULL where jsonb cannot hold it (the json type
+-- keeps a \u0000, say): such a payload matches no filter, and its FIFO lane
+-- is the endpoint's ''. Called only for endpoints that look inside.
+CREATE FUNCTION dispatcher_payload_doc(p_payload json) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE STRICT AS $$
+BEGIN
+    RETURN p_payload::jsonb;
+EXCEPTION WHEN untranslatable_character OR invalid_text_representation
+               OR invalid_parameter_value THEN
+    RETURN NULL;
+END $$;
+
+-- dispatcher_enqueue as in 006, with the endpoint's filter (fan-out only:
 -- an event sent to one endpoint by id is sent as asked) and its FIFO lane.
 CREATE OR REPLACE FUNCTION dispatcher_enqueue(
     p_event_type text,
@@ -48,8 +60,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_event_id text := coalesce(p_event_id, 'evt_' || replace(gen_random_uuid()::text, '-', ''));
     v_ids bigint[];
-    v_new int;
-    v_doc jsonb;
+    v_new boolean;
 BEGIN
     IF p_event_type IS NULL OR p_event_type = '' OR length(p_event_type) > 200 THEN
         RAISE EXCEPTION 'event_type must be 1..200 characters' USING ERRCODE = '22023';
@@ -64,40 +75,39 @@ BEGIN
        coalesce(nullif(current_setting('dispatcher.max_payload_bytes', true), '')::int, 262144) THEN
         RAISE EXCEPTION 'payload is over the size limit' USING ERRCODE = '22023';
     END IF;
-    -- The payload as jsonb, only where an endpoint filters or orders by a
-    -- field: the json type keeps what jsonb refuses (\u0000, say), and such
-    -- a payload still goes to every endpoint that does not look inside it.
-    IF EXISTS (SELECT 1 FROM endpoints
-               WHERE deleted_at IS NULL AND (filter IS NOT NULL OR ordering_key IS NOT NULL)) THEN
-        BEGIN
-            v_doc := p_payload::jsonb;
-        EXCEPTION WHEN untranslatable_character OR invalid_text_representation
-                       OR invalid_parameter_value THEN
-            v_doc := NULL;  -- matches no filter; its lane is the endpoint's ''
-        END;
-    END IF;
-    WITH ins AS (
-        INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload, max_attempts,
-                                   order_key)
-        SELECT e.id, v_event_id, p_event_type, p_payload, e.max_attempts,
-               dispatcher_order_key(e.ordering, e.ordering_key, v_doc)
+    WITH target AS MATERIALIZED (
+        SELECT e.id, e.max_attempts,
+               CASE WHEN e.ordering = 'fifo' THEN dispatcher_order_key(
+                   e.ordering, e.ordering_key,
+                   CASE WHEN e.ordering_key IS NOT NULL THEN dispatcher_payload_doc(p_payload) END)
+               END AS order_key
         FROM endpoints e
         WHERE e.deleted_at IS NULL
           AND CASE WHEN p_endpoint_id IS NULL
                    THEN e.enabled AND (e.event_types @> ARRAY[p_event_type] OR e.event_types @> '{*}')
-                        AND (e.filter IS NULL OR v_doc @> e.filter)
+                        AND (e.filter IS NULL
+                             OR coalesce(dispatcher_payload_doc(p_payload) @> e.filter, false))
                    ELSE e.id = p_endpoint_id END
+    ), ins AS (
+        INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload, max_attempts,
+                                   order_key)
+        SELECT t.id, v_event_id, p_event_type, p_payload, t.max_attempts, t.order_key
+        FROM target t
         ON CONFLICT (endpoint_id, event_id) DO NOTHING
         RETURNING id
     )
-    SELECT coalesce(array_agg(id ORDER BY id), '{}'), count(*) INTO v_ids, v_new FROM ins;
-    -- A generated id is new; a given one usually is too: every row with it
-    -- is one just inserted, and those are the answer.
-    IF p_event_id IS NULL
-       OR (SELECT count(*) FROM webhook_queue q WHERE q.event_id = v_event_id) = v_new THEN
+    SELECT coalesce(array_agg(id ORDER BY id), '{}'),
+           -- Every target got its row (none was there already, or being
+           -- inserted by a concurrent call) and no other row has this id.
+           count(*) = (SELECT count(*) FROM target)
+           AND NOT (p_event_id IS NOT NULL
+                    AND EXISTS (SELECT 1 FROM webhook_queue q WHERE q.event_id = v_event_id))
+    INTO v_ids, v_new
+    FROM ins;
+    IF v_new THEN
         RETURN v_ids;
     END IF;
-    -- Idempotent: a repeated event id answers with the deliveries it already has.
+    -- Idempotent: a repeated event id answers with the deliveries it has.
     SELECT coalesce(array_agg(q.id ORDER BY q.id), '{}') INTO v_ids
     FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
     WHERE q.event_id = v_event_id
