@@ -158,7 +158,7 @@ class Bench:
             d.id, d.secret = endpoint_id, secret
 
     async def enqueue(
-        self, jobs: Sequence[tuple[EndpointDef, int]], *, addressed: bool = True
+        self, jobs: Sequence[tuple[EndpointDef, int]], *, addressed: bool = True, keys: int = 0
     ) -> dict[str, Any]:
         """Writes `count` events per endpoint (interleaved) as JSONL and times
         `dispatcher enqueue --file`. Addressed events name their endpoint;
@@ -168,6 +168,7 @@ class Bench:
             path,
             [(ep.id if addressed else None, n) for ep, n in jobs],
             "bench." + self.opts.scenario,
+            keys=keys,
         )
         # Quiet machine first; not between enqueue and run, where the wait
         # would count in every event's created->delivered lag.

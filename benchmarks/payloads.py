@@ -42,11 +42,18 @@ def postback_payload(rng: random.Random, n: int) -> dict[str, Any]:
 
 
 def write_events(
-    path: Path, jobs: Sequence[tuple[int | None, int]], event_type: str, *, seed: int = 7
+    path: Path,
+    jobs: Sequence[tuple[int | None, int]],
+    event_type: str,
+    *,
+    seed: int = 7,
+    keys: int = 0,
 ) -> int:
     """Writes `count` events per (endpoint id, count) job, interleaved, as
     JSONL; an endpoint id of None leaves the event to the subscriptions
-    (fan-out by event type). Returns how many events were written."""
+    (fan-out by event type). `keys`: each payload also carries a
+    `customer_id` out of that many (a FIFO ordering key). Returns how many
+    events were written."""
     rng = random.Random(seed)
     left = [n for _, n in jobs]
     i = 0
@@ -55,10 +62,10 @@ def write_events(
             for k, (endpoint, _) in enumerate(jobs):
                 if left[k]:
                     left[k] -= 1
-                    line: dict[str, Any] = {
-                        "event_type": event_type,
-                        "payload": postback_payload(rng, i),
-                    }
+                    payload = postback_payload(rng, i)
+                    if keys:
+                        payload["customer_id"] = f"cust-{i % keys}"
+                    line: dict[str, Any] = {"event_type": event_type, "payload": payload}
                     if endpoint is not None:
                         line["endpoint"] = endpoint
                     f.write(json.dumps(line, separators=(",", ":")) + "\n")

@@ -37,11 +37,14 @@ async def drain_phase(
     label: str,
     sample_open: bool = False,
     addressed: bool = True,
+    keys: int = 0,
 ) -> dict[str, Any]:
     """fresh db → endpoints → enqueue → `run --drain` x processes → metrics."""
     await bench.fresh_db()
     await bench.add_endpoints(endpoints)
-    enq = await bench.enqueue([(e, per_endpoint) for e in endpoints], addressed=addressed)
+    enq = await bench.enqueue(
+        [(e, per_endpoint) for e in endpoints], addressed=addressed, keys=keys
+    )
     expected = enq["events"]
     before = await receiver.stats()
     meter = Meter(bench.admin_url, bench.opts.db_name, bench.receivers)

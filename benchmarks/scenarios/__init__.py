@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..bench import Runner
 from .fast import run_fast
 from .faults import run_faults
+from .fifo import run_fifo
 from .internet import run_internet
 from .many import run_many
 from .noisy import run_noisy
@@ -25,6 +26,7 @@ RUNNERS: dict[str, Runner] = {
     "faults": run_faults,
     "producers": run_producers,
     "internet": run_internet,
+    "fifo": run_fifo,
 }
 
 __all__ = ["RUNNERS"]

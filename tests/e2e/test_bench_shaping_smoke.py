@@ -1,0 +1,15 @@
+"""Smoke runs of the shaping scenarios (a few hundred events): the harness
+runs them end to end and their correctness checks hold. No timing asserted."""
+
+from __future__ import annotations
+
+from tests.helpers import bench_smoke
+
+
+async def test_fifo_smoke(server_url: str) -> None:
+    doc = await bench_smoke(server_url, "fifo", timeout=180)
+    assert doc["ok"] and not doc["problems"], doc["problems"]
+    for phase in doc["phases"].values():
+        assert phase["lost"] == 0 and phase["duplicates"] == 0
+        assert phase["delivered"] == doc["events"]
+    assert doc["ratio"] > 0
