@@ -8,6 +8,8 @@ from ..bench import Runner
 from .fast import run_fast
 from .faults import run_faults
 from .fifo import run_fifo
+from .filters import run_filters
+from .https import run_https
 from .internet import run_internet
 from .many import run_many
 from .noisy import run_noisy
@@ -27,6 +29,8 @@ RUNNERS: dict[str, Runner] = {
     "producers": run_producers,
     "internet": run_internet,
     "fifo": run_fifo,
+    "filters": run_filters,
+    "https": run_https,
 }
 
 __all__ = ["RUNNERS"]

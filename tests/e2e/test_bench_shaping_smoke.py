@@ -13,3 +13,20 @@ async def test_fifo_smoke(server_url: str) -> None:
         assert phase["lost"] == 0 and phase["duplicates"] == 0
         assert phase["delivered"] == doc["events"]
     assert doc["ratio"] > 0
+
+
+async def test_filters_smoke(server_url: str) -> None:
+    doc = await bench_smoke(server_url, "filters", timeout=180)
+    assert doc["ok"] and not doc["problems"], doc["problems"]
+    result = doc["filters_result"]
+    # 100 rows per event without filters; 95 with 10 filtered, half matching.
+    assert result["rows"]["none"] == doc["events"] * 100
+    assert result["rows"]["filtered"] == doc["events"] * 95
+
+
+async def test_https_smoke(server_url: str) -> None:
+    doc = await bench_smoke(server_url, "https", timeout=180)
+    assert doc["ok"] and not doc["problems"], doc["problems"]
+    for phase in doc["phases"].values():
+        assert phase["lost"] == 0 and phase["duplicates"] == 0
+    assert doc["ratio"] > 0
