@@ -54,10 +54,7 @@ async def run_https(bench: Bench, opts: Options) -> dict[str, Any]:
     table = [
         ["", "http", "https"],
         ["deliveries/min (median)", fmt_int(med["http"]), fmt_int(med["https"])],
-        [
-            "dispatcher CPU s / 1,000",
-            *(fmt(last[k]["dispatcher_cpu_s_per_1000"], 3) for k in ("http", "https")),
-        ],  # fmt: skip
+        ["dispatcher CPU s / 1,000", fmt(cpu["http"], 3), fmt(cpu["https"], 3)],
         ["lost", fmt_int(last["http"]["lost"]), fmt_int(last["https"]["lost"])],
         ["https / http", f"{ratio:.2f}", ""],
     ]
