@@ -41,7 +41,6 @@ from .refresher import Refresher
 from .retry import decide
 from .sender import Sender
 from .settings import Settings
-from .shaping import MissingMacro
 
 # How long a failed claim waits before the next try.
 CLAIM_RETRY_S = 1.0
@@ -377,16 +376,11 @@ class Engine:
     async def _deliver(self, gate: Gate, d: Delivery) -> tuple[Outcome, AttemptResult | None]:
         if gate.wire is None:
             return _dead(d, f"endpoint unusable: {gate.broken}"), None
-        doc = None
-        if gate.wire.shaped:
-            try:
-                doc = gate.wire.document(d.body)
-            except MissingMacro as exc:
-                # The payload, not the endpoint, is at fault: dead at once,
-                # nothing sent, no attempt counted against the breaker.
-                return _dead(d, str(exc)), None
-            except ValueError as exc:
-                return _dead(d, f"payload unreadable: {type(exc).__name__}"), None
+        # A payload the endpoint's shape cannot use (a missing macro) is at
+        # fault, not the endpoint: dead at once, unsent, unseen by the breaker.
+        doc, unusable = gate.wire.prepare(d.body)
+        if unusable is not None:
+            return _dead(d, unusable), None
         async with gate.sem:
             if gate.limiter is not None and gate.sendable():
                 await gate.limiter.acquire()
@@ -395,14 +389,7 @@ class Engine:
             d.started = True
             d.seq = gate.order.sent(time.monotonic())
             try:
-                result = await self.sender.post(
-                    gate.wire,
-                    d.event_id,
-                    d.body,
-                    event_type=d.event_type,
-                    attempt=d.attempt_count + 1,
-                    doc=doc,
-                )
+                result = await self.sender.post(gate.wire, d, doc)
             except Exception as exc:
                 # A bug or a value the wire cannot carry: an attempt that
                 # failed (bounded by max_attempts), never a row handed back

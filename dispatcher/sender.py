@@ -25,11 +25,12 @@ from yarl import URL
 
 from . import __version__
 from .errors import BadInput, OperationalError, TargetRefused
-from .models import AttemptResult, Endpoint, Verdict
+from .models import AttemptResult, Delivery, Endpoint, Verdict
 from .retry import classify_status, parse_retry_after
 from .shaping import (
     BUILTINS,
     SUCCESS_BODY_BYTES,
+    MissingMacro,
     body_matches,
     compile_success_body,
     form_body,
@@ -145,14 +146,22 @@ class EndpointWire:
             allowed_networks=allowed_networks,
         )
 
-    def document(self, body: bytes) -> Any:
-        """The payload as data, for macros and form bodies; MissingMacro
-        names the first macro it has no value for (nothing is sent then)."""
-        doc = load_payload(body)
-        if self.template is not None:
-            for name in self.template.names:
-                lookup(doc, name, _ANY_BUILTIN)
-        return doc
+    def prepare(self, body: bytes) -> tuple[Any, str | None]:
+        """The payload as data, for macros and form bodies (None when the
+        wire sends the bytes as they are), or why it cannot be sent: the
+        first macro it has no value for (`missing macro: name`)."""
+        if not self.shaped:
+            return None, None
+        try:
+            doc = load_payload(body)
+            if self.template is not None:
+                for name in self.template.names:
+                    lookup(doc, name, _ANY_BUILTIN)
+        except MissingMacro as exc:
+            return None, str(exc)
+        except ValueError as exc:
+            return None, f"payload unreadable: {type(exc).__name__}"
+        return doc, None
 
     def request(
         self, event_id: str, event_type: str, attempt: int, ts: int, body: bytes, doc: Any
@@ -280,18 +289,10 @@ class Sender:
             ssl_context=tls,
         )
 
-    async def post(
-        self,
-        wire: EndpointWire,
-        event_id: str,
-        body: bytes,
-        *,
-        event_type: str = "",
-        attempt: int = 1,
-        doc: Any = None,
-    ) -> AttemptResult:
-        """One attempt. `doc`: the payload as data (wire.document), needed
-        when the wire is shaped (URL macros, form body)."""
+    async def post(self, wire: EndpointWire, d: Delivery, doc: Any = None) -> AttemptResult:
+        """One attempt of `d`. `doc`: the payload as data (wire.prepare),
+        needed when the wire is shaped (URL macros, form body)."""
+        event_id, body = d.event_id, d.body
         assert self._session is not None, "Sender.start() first"
         if wire.url_refusal is not None:
             return AttemptResult(
@@ -304,7 +305,7 @@ class Sender:
         ts = int(now)
         target, data = wire.target, body
         if wire.shaped or wire.body_mode != "json":
-            target, data = wire.request(event_id, event_type, attempt, ts, body, doc)
+            target, data = wire.request(event_id, d.event_type, d.attempt_count + 1, ts, body, doc)
         headers = wire.headers.copy()
         headers["webhook-id"] = event_id
         headers["webhook-timestamp"] = str(ts)
