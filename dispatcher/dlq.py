@@ -19,7 +19,8 @@ CODE_SHARE = 0.6
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Pattern:
-    name: str  # "refused-target" | "status-code" | "cluster" | "gradual" | "none"
+    # "refused-target" | "missing-macro" | "status-code" | "cluster" | "gradual" | "none"
+    name: str
     action: str
 
 
@@ -35,6 +36,7 @@ def _max_in_window(times: Sequence[float], window: float) -> int:
 
 
 REFUSED_PREFIX = "refused target"  # the sender's last_error for an SSRF refusal
+MISSING_MACRO_PREFIX = "missing macro:"  # shaping.MissingMacro
 # An endpoint that answered 2xx to this share of its attempts while these
 # died was flaky, not down: its dead letters are "gradual" however clustered.
 UP_SHARE = 0.2
@@ -74,6 +76,15 @@ def classify(
                 "link-local): point the endpoint at a public URL, or set "
                 "DISPATCHER_ALLOW_PRIVATE_TARGETS=1 on the worker if private targets are "
                 f"intended; then {replay}"
+            ),
+        )
+    if primary_error is not None and primary_error.startswith(MISSING_MACRO_PREFIX):
+        field = primary_error.removeprefix(MISSING_MACRO_PREFIX).strip()
+        return Pattern(
+            name="missing-macro",
+            action=(
+                f"events lack the field {field} the endpoint's URL template needs: fix the "
+                f"producer (or the template), then {replay}"
             ),
         )
     counted = Counter(c for c in codes if c is not None)

@@ -90,3 +90,9 @@ def test_suggested_commands_never_carry_placeholders(
 ) -> None:
     p = classify(times, [500] * len(times), success_share=share, endpoint_id=endpoint_id)
     assert "ID" not in p.action and "FIRST" not in p.action
+
+
+def test_missing_macros_name_the_field_and_the_fix() -> None:
+    p = classify([0.0] * 4, [None] * 4, primary_error="missing macro: click_id", endpoint_id=2)
+    assert p.name == "missing-macro"
+    assert "click_id" in p.action and "dispatcher dlq replay --endpoint 2" in p.action
