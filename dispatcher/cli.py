@@ -374,7 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 0 once nothing is due and sendable and nothing is in flight",
     )
     run.add_argument("--max-in-flight", type=int, metavar="N",
-                     help="requests in flight in this process (default: 1000)")  # fmt: skip
+                     help="fix the requests in flight in this process (default: sized from "
+                          "the event loop's headroom, 256..5000, from 1000)")  # fmt: skip
     run.add_argument("--batch-size", type=int, metavar="N",
                      help="rows claimed per statement (default: 500)")  # fmt: skip
     run.add_argument("--http", metavar="HOST:PORT", help="also serve the admin API here")

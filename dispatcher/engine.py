@@ -375,17 +375,17 @@ class Engine:
 
     async def _deliver(self, gate: Gate, d: Delivery) -> tuple[Outcome, AttemptResult | None]:
         if gate.wire is None:
-            return _dead(d, f"endpoint unusable: {gate.broken}"), None
+            return Outcome.unsendable(d, f"endpoint unusable: {gate.broken}"), None
         # A payload the endpoint's shape cannot use (a missing macro) is at
         # fault, not the endpoint: dead at once, unsent, unseen by the breaker.
         doc, unusable = gate.wire.prepare(d.body)
         if unusable is not None:
-            return _dead(d, unusable), None
+            return Outcome.unsendable(d, unusable), None
         async with gate.sem:
             if gate.limiter is not None and gate.sendable():
                 await gate.limiter.acquire()
             if self._stopping or not gate.sendable() or gate.paused_for() > 0:
-                return _release(d, gate.paused_for()), None
+                return Outcome.handed_back(d, gate.paused_for()), None
             d.started = True
             d.seq = gate.order.sent(time.monotonic())
             try:
@@ -402,10 +402,10 @@ class Engine:
         d, gate = self._tasks.pop(task)
         result: AttemptResult | None = None
         if task.cancelled():
-            outcome = _release(d)  # shutdown: back unspent
+            outcome = Outcome.handed_back(d)  # shutdown: back unspent
         elif (exc := task.exception()) is not None:
             log.event("delivery_task_crashed", logging.ERROR, error=repr(exc)[:200])
-            outcome = _release(d)
+            outcome = Outcome.handed_back(d)
         else:
             outcome, result = task.result()
         gate.released(spent=outcome.spent_attempt)
@@ -488,27 +488,4 @@ def _crashed(exc: Exception) -> AttemptResult:
         status_code=None,
         response_ms=0,
         error=f"internal error: {type(exc).__name__}"[:300],
-    )
-
-
-def _dead(d: Delivery, error: str) -> Outcome:
-    """Dead-lettered without an attempt: there is nothing it could be sent to."""
-    return Outcome(
-        delivery_id=d.id,
-        endpoint_id=d.endpoint_id,
-        status=Status.DEAD_LETTER,
-        next_attempt_in_s=0.0,
-        spent_attempt=False,
-        error=error[:300],
-    )
-
-
-def _release(d: Delivery, delay_s: float = 0.0) -> Outcome:
-    """A claimed row handed back unsent: no attempt spent."""
-    return Outcome(
-        delivery_id=d.id,
-        endpoint_id=d.endpoint_id,
-        status=Status.PENDING,
-        next_attempt_in_s=delay_s,
-        spent_attempt=False,
     )

@@ -143,6 +143,17 @@ class Outcome(NamedTuple):
     disable_endpoint: bool = False
     pause_s: float | None = None  # Retry-After: pause the whole endpoint this long
 
+    @classmethod
+    def unsendable(cls, d: Delivery, error: str) -> Outcome:
+        """Dead-lettered without an attempt: nothing it could be sent to, or
+        a payload the endpoint's shape cannot use."""
+        return cls(d.id, d.endpoint_id, Status.DEAD_LETTER, 0.0, False, error=error[:300])
+
+    @classmethod
+    def handed_back(cls, d: Delivery, delay_s: float = 0.0) -> Outcome:
+        """A claimed row handed back unsent: no attempt spent."""
+        return cls(d.id, d.endpoint_id, Status.PENDING, delay_s, False)
+
 
 def _positive(name: str, value: float | None, *, allow_zero: bool = False) -> None:
     from .errors import BadInput
