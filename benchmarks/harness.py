@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--endpoints", type=int, default=None, help="endpoints (slow200, many, noisy)")
     p.add_argument("--samples", type=int, default=None, help="wake: enqueues measured (200)")
     p.add_argument("--producers", type=int, default=None, help="producers: connections (16)")
+    p.add_argument("--keys", type=int, default=None, help="fifo: ordering keys (1000)")
+    p.add_argument("--rounds", type=int, default=None, help="https: rounds per protocol (2)")
     p.add_argument("--batch-size", type=int, default=None, help="run --batch-size (default)")
     p.add_argument("--raw-requests", type=int, default=None, help="min(events, 50000)")
     p.add_argument("--raw-passes", type=int, default=None, help="raw ceiling passes (3)")
@@ -98,6 +100,8 @@ def parse_options(argv: list[str]) -> Options:
         ("--endpoints", "endpoints", 1),
         ("--samples", "samples", 1),
         ("--producers", "producers", 1),
+        ("--keys", "keys", 1),
+        ("--rounds", "rounds", 1),
         ("--batch-size", "batch_size", 1),
     ):
         if given.get(key, lo) < lo:
@@ -107,6 +111,7 @@ def parse_options(argv: list[str]) -> Options:
         ("--endpoints", "endpoints", 10_000),
         ("--samples", "samples", 100_000),
         ("--producers", "producers", 90),
+        ("--rounds", "rounds", 20),
     ):
         if given.get(key, 0) > hi:
             raise UsageError(f"{name} must be at most {hi:,}")
