@@ -200,16 +200,11 @@ WITH ins AS (
     INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload, max_attempts,
                                order_key)
     SELECT e.id, s.event_id, s.event_type, s.payload::json, e.max_attempts,
-           CASE WHEN e.ordering = 'fifo' THEN dispatcher_order_key(
-               e.ordering, e.ordering_key,
-               CASE WHEN e.ordering_key IS NOT NULL
-                    THEN dispatcher_payload_doc(s.payload::json) END)
-           END
+           dispatcher_order_key(e.ordering, e.ordering_key, s.payload::json)
     FROM dispatcher_stage s
     JOIN endpoints e ON e.deleted_at IS NULL AND CASE WHEN s.endpoint_id IS NULL
         THEN e.enabled AND (e.event_types @> ARRAY[s.event_type] OR e.event_types @> '{*}')
-             AND (e.filter IS NULL
-                  OR coalesce(dispatcher_payload_doc(s.payload::json) @> e.filter, false))
+             AND dispatcher_filter_passes(e.filter, s.payload::json)
         ELSE e.id = s.endpoint_id END
     ON CONFLICT (endpoint_id, event_id) DO NOTHING
     RETURNING 1

@@ -190,13 +190,10 @@ def load_payload(body: bytes) -> Any:
         return json.loads(body)
 
 
-def client_context(cert_pem: str, key_pem: str, ca_file: Path | None) -> ssl.SSLContext:
-    """A TLS context presenting this endpoint's client certificate. The
-    ssl module loads a chain only from files: written to a private
-    temporary folder and removed at once."""
-    ctx = ssl.create_default_context()
-    if ca_file:
-        ctx.load_verify_locations(cafile=ca_file)
+def load_client_cert(ctx: ssl.SSLContext, cert_pem: str, key_pem: str) -> None:
+    """Makes `ctx` present this endpoint's client certificate. The ssl
+    module loads a chain only from files: written to a private temporary
+    folder and removed at once."""
     with tempfile.TemporaryDirectory(prefix="dispatcher-mtls-") as folder:
         cert, key = Path(folder) / "cert.pem", Path(folder) / "key.pem"
         for path, pem in ((cert, cert_pem), (key, key_pem)):
@@ -204,7 +201,6 @@ def client_context(cert_pem: str, key_pem: str, ca_file: Path | None) -> ssl.SSL
             with os.fdopen(fd, "w") as f:
                 f.write(pem)
         ctx.load_cert_chain(cert, key)
-    return ctx
 
 
 class Sender:
@@ -229,11 +225,15 @@ class Sender:
             raise BadInput("DISPATCHER_HTTP_PROXY must be an http://host:port URL")
 
     def _tls(self) -> ssl.SSLContext | bool:
+        """The connector's context: aiohttp's default without a CA file."""
+        return True if self._ca_file is None else self._verifying_context()
+
+    def _verifying_context(self) -> ssl.SSLContext:
         """The system store, plus DISPATCHER_CA_FILE's certificates when set.
         Certificates and host names are always verified."""
-        if self._ca_file is None:
-            return True  # aiohttp's default verifying context
         ctx = ssl.create_default_context()
+        if self._ca_file is None:
+            return ctx
         try:
             ctx.load_verify_locations(cafile=str(self._ca_file))
         except (OSError, ssl.SSLError) as exc:
@@ -275,7 +275,8 @@ class Sender:
     def wire(self, endpoint: Endpoint) -> EndpointWire:
         tls: ssl.SSLContext | bool = True  # the connector's context (_tls)
         if endpoint.client_cert is not None and endpoint.client_key is not None:
-            tls = client_context(endpoint.client_cert, endpoint.client_key, self._ca_file)
+            tls = self._verifying_context()
+            load_client_cert(tls, endpoint.client_cert, endpoint.client_key)
         return EndpointWire(
             endpoint.url,
             endpoint.secrets,

@@ -28,14 +28,6 @@ ALTER TABLE webhook_queue ADD COLUMN order_key text;
 CREATE INDEX webhook_queue_lane_idx ON webhook_queue (endpoint_id, order_key, id)
     WHERE order_key IS NOT NULL AND status IN ('pending', 'failed', 'in_flight');
 
--- The lane of a payload for an endpoint's ordering settings.
-CREATE FUNCTION dispatcher_order_key(p_ordering text, p_key text, p_payload jsonb)
-RETURNS text LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN p_ordering <> 'fifo' THEN NULL
-                WHEN p_key IS NULL THEN ''
-                ELSE coalesce(p_payload #>> string_to_array(p_key, '.'), '') END
-$$;
-
 -- A payload as jsonb, or NULL where jsonb cannot hold it (the json type
 -- keeps a \u0000, say): such a payload matches no filter, and its FIFO lane
 -- is the endpoint's ''. Called only for endpoints that look inside.
@@ -47,6 +39,22 @@ EXCEPTION WHEN untranslatable_character OR invalid_text_representation
                OR invalid_parameter_value THEN
     RETURN NULL;
 END $$;
+
+-- The lane of a payload for an endpoint's ordering settings (NULL: none);
+-- the payload is read only when the lane is a field of it.
+CREATE FUNCTION dispatcher_order_key(p_ordering text, p_key text, p_payload json)
+RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_ordering <> 'fifo' THEN NULL
+                WHEN p_key IS NULL THEN ''
+                ELSE coalesce(dispatcher_payload_doc(p_payload) #>> string_to_array(p_key, '.'),
+                              '') END
+$$;
+
+-- Whether an endpoint's filter lets a payload through (no filter: yes).
+CREATE FUNCTION dispatcher_filter_passes(p_filter jsonb, p_payload json)
+RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
+    SELECT p_filter IS NULL OR coalesce(dispatcher_payload_doc(p_payload) @> p_filter, false)
+$$;
 
 -- dispatcher_enqueue as in 006, with the endpoint's filter (fan-out only:
 -- an event sent to one endpoint by id is sent as asked) and its FIFO lane.
@@ -77,16 +85,12 @@ BEGIN
     END IF;
     WITH target AS MATERIALIZED (
         SELECT e.id, e.max_attempts,
-               CASE WHEN e.ordering = 'fifo' THEN dispatcher_order_key(
-                   e.ordering, e.ordering_key,
-                   CASE WHEN e.ordering_key IS NOT NULL THEN dispatcher_payload_doc(p_payload) END)
-               END AS order_key
+               dispatcher_order_key(e.ordering, e.ordering_key, p_payload) AS order_key
         FROM endpoints e
         WHERE e.deleted_at IS NULL
           AND CASE WHEN p_endpoint_id IS NULL
                    THEN e.enabled AND (e.event_types @> ARRAY[p_event_type] OR e.event_types @> '{*}')
-                        AND (e.filter IS NULL
-                             OR coalesce(dispatcher_payload_doc(p_payload) @> e.filter, false))
+                        AND dispatcher_filter_passes(e.filter, p_payload)
                    ELSE e.id = p_endpoint_id END
     ), ins AS (
         INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload, max_attempts,
