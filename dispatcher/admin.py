@@ -2,9 +2,11 @@
 
 An entry point: it wires the service, reports and metrics together; who may
 call it and what every answer carries is web_security's, the dashboard's
-pages are admin_pages'. Everything but /healthz, /readyz and the sign-in
-requires `Authorization: Bearer $DISPATCHER_ADMIN_TOKEN` (or the
-dashboard's session cookie).
+pages are admin_pages', the portal's portal_pages'. Everything but
+/healthz, /readyz and the sign-ins requires `Authorization: Bearer
+$DISPATCHER_ADMIN_TOKEN` (or the dashboard's session cookie), or for the
+routes an application may use, one of its `dtk_` tokens (or a portal
+session): such a call acts inside that application only (`_scope`).
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ import asyncpg
 import orjson
 from aiohttp import web
 
-from . import admin_pages, db, reports, service, web_security
-from .errors import BadInput
+from . import admin_pages, db, portal_pages, reports, service, tenancy, web_security
+from .errors import BadInput, Forbidden
 from .inputs import spec_from_fields
 from .metrics import CONTENT_TYPE, Metrics
 from .openapi import OPENAPI
@@ -78,6 +80,20 @@ def _int(value: str, name: str) -> int:
     if not 0 < n < 2**63:
         raise BadInput(f"{name} is out of range")
     return n
+
+
+def _scope(request: web.Request, named: Any = None) -> str | None:
+    """The application a call acts in. An application's credential: its own
+    (naming another is 403). The admin: the one named, None for all (or,
+    where something is created, the default)."""
+    if named is not None and not isinstance(named, str):
+        raise BadInput("app must be an application id")
+    own: str | None = request.get(web_security.APP)
+    if own is None:
+        return named
+    if named is not None and named != own:
+        raise Forbidden("this credential acts only inside its own application")
+    return own
 
 
 def _refresh_due(request: web.Request) -> bool:
@@ -141,12 +157,14 @@ def _id(request: web.Request) -> int:
 
 
 async def endpoints_list(request: web.Request) -> web.Response:
+    app = _scope(request, request.query.get("app"))
     async with _conn(request) as conn:
-        return _json(await service.list_endpoints(conn))
+        return _json(await service.list_endpoints(conn, app))
 
 
 async def endpoints_create(request: web.Request) -> web.Response:
     body = await _body(request)
+    app = _scope(request, body.pop("app", None))
     spec = spec_from_fields(body)
     settings = request.app[SETTINGS]
     async with _conn(request) as conn:
@@ -156,13 +174,14 @@ async def endpoints_create(request: web.Request) -> web.Response:
             signature=body.get("signature"),
             box=settings.secret_box(),
             targets=settings.target_policy(),
+            app=app,
         )
     return _json(doc, 201)
 
 
 async def endpoint_get(request: web.Request) -> web.Response:
     async with _conn(request) as conn:
-        return _json(await service.get_endpoint(conn, _id(request)))
+        return _json(await service.get_endpoint(conn, _id(request), _scope(request)))
 
 
 async def endpoint_update(request: web.Request) -> web.Response:
@@ -171,7 +190,12 @@ async def endpoint_update(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
     async with _conn(request) as conn:
         doc = await service.update_endpoint(
-            conn, eid, patch, box=settings.secret_box(), targets=settings.target_policy()
+            conn,
+            eid,
+            patch,
+            box=settings.secret_box(),
+            targets=settings.target_policy(),
+            app=_scope(request),
         )
     return _json(doc)
 
@@ -191,13 +215,13 @@ async def endpoint_delete(request: web.Request) -> web.Response:
         raise BadInput("force must be true or false")
     force = force or (query is not None and _FLAGS[query.lower()])
     async with _conn(request) as conn:
-        return _json(await service.delete_endpoint(conn, eid, force))
+        return _json(await service.delete_endpoint(conn, eid, force, _scope(request)))
 
 
 def _toggle(enabled: bool) -> Handler:
     async def handler(request: web.Request) -> web.Response:
         async with _conn(request) as conn:
-            return _json(await service.set_enabled(conn, _id(request), enabled))
+            return _json(await service.set_enabled(conn, _id(request), enabled, _scope(request)))
 
     return handler
 
@@ -207,13 +231,22 @@ async def endpoint_rotate(request: web.Request) -> web.Response:
     body = await _body(request, ("grace_s",))
     box = request.app[SETTINGS].secret_box()
     async with _conn(request) as conn:
-        return _json(await service.rotate_secret(conn, eid, body.get("grace_s"), box))
+        doc = await service.rotate_secret(conn, eid, body.get("grace_s"), box, _scope(request))
+    return _json(doc)
+
+
+async def endpoint_test(request: web.Request) -> web.Response:
+    eid = _id(request)
+    await _body(request, ())
+    async with _conn(request) as conn:
+        return _json(await service.send_test_event(conn, eid, _scope(request)), 202)
 
 
 async def endpoints_health(request: web.Request) -> web.Response:
     window_s = request.app[SETTINGS].latency_window_s
+    app = _scope(request, request.query.get("app"))
     async with _conn(request) as conn:
-        rows = await reports.endpoint_health(conn, window_s, refresh=_refresh_due(request))
+        rows = await reports.endpoint_health(conn, window_s, refresh=_refresh_due(request), app=app)
     return _json(rows)
 
 
@@ -222,15 +255,30 @@ async def endpoints_health(request: web.Request) -> web.Response:
 
 async def events_create(request: web.Request) -> web.Response:
     doc = await _body(request)
+    app = _scope(request, doc.get("app"))
+    max_bytes = request.app[SETTINGS].max_payload_bytes
     async with _conn(request) as conn:
-        result = await service.enqueue_event(conn, doc, request.app[SETTINGS].max_payload_bytes)
+        result = await service.enqueue_event(conn, doc, max_bytes, app)
     return _json(result, 202)
 
 
 async def deliveries(request: web.Request) -> web.Response:
-    event_id = request.query.get("event_id", "")
+    """One event's deliveries with their attempts (`?event_id=`), or
+    without it the newest deliveries (`?status=`, `?endpoint_id=`, `?limit=`)."""
+    app = _scope(request, request.query.get("app"))
+    event_id = request.query.get("event_id")
     async with _conn(request) as conn:
-        return _json(await reports.deliveries_for_event(conn, event_id))
+        if event_id is not None:
+            return _json(await reports.deliveries_for_event(conn, event_id, app))
+        return _json(
+            await reports.recent_deliveries(
+                conn,
+                app=app,
+                status=request.query.get("status"),
+                endpoint_id=_query_int(request, "endpoint_id"),
+                limit=_query_int(request, "limit"),
+            )
+        )
 
 
 # ---------------------------------------------------------------- dead letters
@@ -254,8 +302,9 @@ def _query_number(request: web.Request, name: str) -> float | None:
 async def dead_letters(request: web.Request) -> web.Response:
     endpoint = _query_int(request, "endpoint_id")
     limit = _query_int(request, "limit")
+    app = _scope(request, request.query.get("app"))
     async with _conn(request) as conn:
-        return _json(await reports.dead_letters(conn, endpoint, limit))
+        return _json(await reports.dead_letters(conn, endpoint, limit, app))
 
 
 async def dead_letters_analyze(request: web.Request) -> web.Response:
@@ -275,8 +324,39 @@ async def dead_letters_replay(request: web.Request) -> web.Response:
             endpoint_id=body.get("endpoint_id", body.get("endpoint")),
             since=body.get("since"),
             until=body.get("until"),
+            app=_scope(request),
         )
     return _json({"requeued": done.requeued})
+
+
+# ---------------------------------------------------------------- applications (admin only)
+
+
+async def applications_list(request: web.Request) -> web.Response:
+    async with _conn(request) as conn:
+        return _json(await tenancy.list_applications(conn))
+
+
+async def applications_create(request: web.Request) -> web.Response:
+    body = await _body(request, ("id", "name"))
+    async with _conn(request) as conn:
+        return _json(await tenancy.add_application(conn, body.get("id"), body.get("name")), 201)
+
+
+async def application_token(request: web.Request) -> web.Response:
+    body = await _body(request, ("ttl_s",))
+    async with _conn(request) as conn:
+        doc = await tenancy.issue_token(conn, request.match_info["app"], body.get("ttl_s"))
+    return _json(doc, 201)
+
+
+async def application_portal_link(request: web.Request) -> web.Response:
+    """`base_url` defaults to this server's own address as the caller reached it."""
+    body = await _body(request, ("base_url", "ttl_s"))
+    base = body.get("base_url") or f"{request.scheme}://{request.host}"
+    async with _conn(request) as conn:
+        doc = await tenancy.portal_link(conn, request.match_info["app"], base, body.get("ttl_s"))
+    return _json(doc, 201)
 
 
 # ---------------------------------------------------------------- summaries
@@ -310,7 +390,7 @@ async def alerts(request: web.Request) -> web.Response:
 def build_app(settings: Settings, pool: asyncpg.Pool, token: str,
               metrics_: Metrics | None = None) -> web.Application:  # fmt: skip
     app = web.Application(middlewares=[web_security.guard], client_max_size=2 * 1024 * 1024)
-    web_security.install(app, token)
+    web_security.install(app, token, portal_pages.install(app, pool))
     app[POOL] = pool
     app[SETTINGS] = settings
     app[METRICS] = metrics_ or Metrics()
@@ -331,6 +411,7 @@ def build_app(settings: Settings, pool: asyncpg.Pool, token: str,
     r.add_post(r"/v1/endpoints/{id:[0-9]+}/disable", _toggle(False))
     r.add_post(r"/v1/endpoints/{id:[0-9]+}/enable", _toggle(True))
     r.add_post(r"/v1/endpoints/{id:[0-9]+}/rotate-secret", endpoint_rotate)
+    r.add_post(r"/v1/endpoints/{id:[0-9]+}/test", endpoint_test)
     r.add_get(r"/v1/endpoints/{id:[0-9]+}/activity", endpoint_activity)
     r.add_post("/v1/events", events_create)
     r.add_get("/v1/deliveries", deliveries)
@@ -340,6 +421,11 @@ def build_app(settings: Settings, pool: asyncpg.Pool, token: str,
     r.add_get("/v1/health", health)
     r.add_get("/v1/alerts", alerts)
     r.add_get("/v1/timeline", timeline)
+    r.add_get("/v1/applications", applications_list)
+    r.add_post("/v1/applications", applications_create)
+    r.add_post("/v1/applications/{app}/tokens", application_token)
+    r.add_post("/v1/applications/{app}/portal-links", application_portal_link)
+    portal_pages.add_routes(r)
     return app
 
 

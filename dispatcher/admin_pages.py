@@ -17,6 +17,7 @@ from typing import Final, NoReturn
 from aiohttp import web
 
 from .web_security import (
+    APP,
     CSRF,
     SESSION_COOKIE,
     SESSIONS,
@@ -34,6 +35,8 @@ STATIC_TYPES: Final = {
     "endpoint.js": "text/javascript",
     "events.js": "text/javascript",
     "deadletters.js": "text/javascript",
+    "portal.js": "text/javascript",
+    "portal.css": "text/css",
 }
 CSRF_PLACEHOLDER = "{{csrf}}"
 ERROR_PLACEHOLDER = "<!--error-->"
@@ -74,9 +77,11 @@ async def dashboard(request: web.Request) -> web.Response:
     if "token" in request.query:
         # Not even checked: a right token here must not look like it worked.
         return _login_page("A token in the address is not accepted: sign in here.", 401)
-    why = authenticate(request)
+    why = await authenticate(request)
     if why is not None:
         return _login_page(None, 401) if _wants_html(request) else json_error(401, why)
+    if APP in request:
+        return json_error(403, "an application's credential cannot use the dashboard")
     page = _static("dashboard.html").decode()
     csrf = request.get(CSRF, "")
     return _html(page.replace(CSRF_PLACEHOLDER, html.escape(csrf)))

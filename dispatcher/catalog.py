@@ -16,7 +16,7 @@ import asyncpg
 import orjson
 
 from .db import Conn, Q, one_line
-from .errors import BadInput, Conflict, UnknownEndpoint
+from .errors import BadInput, Conflict, UnknownApplication, UnknownEndpoint
 from .models import SETTING_NAMES, EndpointSpec
 from .rows import (
     AlertInputs,
@@ -36,6 +36,7 @@ from .rows import (
 from .secretbox import PREFIX, SecretBox, seal, unseal
 
 R = TypeVar("R")
+DEFAULT_APP = "default"
 
 
 def _typed(cls: type[R], rows: Iterable[asyncpg.Record]) -> list[R]:
@@ -66,6 +67,7 @@ def _record(row: asyncpg.Record | None, endpoint_id: int | None = None) -> Endpo
         id=row["id"],
         url=row["url"],
         sealed_secret=row["secret"],
+        application_id=row["application_id"],
         name=row["name"],
         description=row["description"],
         enabled=row["enabled"],
@@ -131,15 +133,23 @@ def _headers_json(headers: Headers) -> str:
 
 
 async def add_endpoint(
-    conn: Conn, spec: EndpointSpec, secret: str, box: SecretBox | None = None
+    conn: Conn,
+    spec: EndpointSpec,
+    secret: str,
+    box: SecretBox | None = None,
+    app: str = DEFAULT_APP,
 ) -> EndpointRecord:
-    row = await conn.fetchrow(
-        Q["insert_endpoint"],
-        spec.url,
-        seal(box, secret),
-        *_settings_args(spec, box),
-        _headers_json(seal_headers(box, spec.headers)),
-    )
+    try:
+        row = await conn.fetchrow(
+            Q["insert_endpoint"],
+            spec.url,
+            seal(box, secret),
+            *_settings_args(spec, box),
+            _headers_json(seal_headers(box, spec.headers)),
+            app,
+        )
+    except asyncpg.ForeignKeyViolationError:
+        raise BadInput(f"unknown application: {app}") from None
     return _record(row)
 
 
@@ -162,8 +172,17 @@ async def update_endpoint(
     return _record(row, endpoint_id)
 
 
-async def list_endpoints(conn: Conn) -> list[EndpointRecord]:
-    return [_record(r) for r in await conn.fetch(Q["list_endpoints"])]
+async def list_endpoints(conn: Conn, app: str | None = None) -> list[EndpointRecord]:
+    return [_record(r) for r in await conn.fetch(Q["list_endpoints"], app)]
+
+
+async def check_owner(conn: Conn, endpoint_id: int, app: str | None) -> None:
+    """UnknownEndpoint unless the endpoint is live and, with `app`, that
+    application's: another application's endpoint reads exactly like one
+    that does not exist."""
+    owner = await conn.fetchval(Q["endpoint_application"], endpoint_id)
+    if owner is None or (app is not None and owner != app):
+        raise UnknownEndpoint(f"no endpoint with id {endpoint_id}")
 
 
 async def get_endpoint(conn: Conn, endpoint_id: int, *, lock: bool = False) -> EndpointRecord:
@@ -230,32 +249,44 @@ async def enqueue(
     payload: str,
     event_id: str | None = None,
     endpoint_id: int | None = None,
+    app: str | None = None,
 ) -> list[int]:
+    """One event; `app` None: the default application's (or, to an endpoint
+    given by id, that endpoint's)."""
     if endpoint_id is not None:
-        await get_endpoint(conn, endpoint_id)
+        await check_owner(conn, endpoint_id, app)
     try:
-        ids = await conn.fetchval(Q["enqueue_one"], event_type, payload, event_id, endpoint_id)
+        ids = await conn.fetchval(Q["enqueue_one"], event_type, payload, event_id, endpoint_id, app)
     except (asyncpg.InvalidTextRepresentationError, asyncpg.InvalidParameterValueError) as exc:
         raise BadInput(f"cannot enqueue: {one_line(exc)}") from None
     return list(ids)
 
 
-async def enqueue_bulk(conn: Conn, events: Iterable[tuple[str, str, str, int | None]]) -> int:
-    """COPY events (event_id, event_type, payload, endpoint_id) into a staging
-    table, then fan them out in one INSERT … SELECT. Returns deliveries created."""
-    events = list(events)
-    wanted = sorted({e[3] for e in events if e[3] is not None})
+# event_id, event_type, payload, endpoint_id[, application]
+StagedEvent = tuple[str, str, str, int | None] | tuple[str, str, str, int | None, str | None]
+
+
+async def enqueue_bulk(conn: Conn, events: Iterable[StagedEvent]) -> int:
+    """COPY events into a staging table, then fan them out in one INSERT …
+    SELECT. Returns deliveries created. A line without an application is the
+    default's, or with an endpoint id, that endpoint's."""
+    staged = [(*e[:4], e[4] if len(e) > 4 else None) for e in events]
+    wanted = sorted({e[3] for e in staged if e[3] is not None})
+    apps = sorted({e[4] for e in staged if e[4] is not None})
     async with conn.transaction():
+        await require_applications(conn, apps)
         if wanted:
-            found = {r["id"] for r in await conn.fetch(Q["endpoint_ids"], wanted)}
-            missing = [i for i in wanted if i not in found]
-            if missing:
-                raise UnknownEndpoint(f"no endpoint with id {missing[0]}")
+            owner = {
+                r["id"]: r["application_id"] for r in await conn.fetch(Q["endpoint_ids"], wanted)
+            }
+            for e in staged:
+                if e[3] is not None and (e[3] not in owner or e[4] not in (None, owner[e[3]])):
+                    raise UnknownEndpoint(f"no endpoint with id {e[3]}")
         await conn.execute(Q["stage_events"])
         await conn.copy_records_to_table(
             "dispatcher_stage",
-            records=events,
-            columns=["event_id", "event_type", "payload", "endpoint_id"],
+            records=staged,
+            columns=["event_id", "event_type", "payload", "endpoint_id", "application_id"],
         )
         try:
             created: int = await conn.fetchval(Q["fan_out_staged"])
@@ -264,19 +295,30 @@ async def enqueue_bulk(conn: Conn, events: Iterable[tuple[str, str, str, int | N
     return created
 
 
-async def deliveries_for_event(conn: Conn, event_id: str) -> list[DeliveryView]:
-    return _typed(DeliveryView, await conn.fetch(Q["deliveries_for_event"], event_id))
+async def deliveries_for_event(
+    conn: Conn, event_id: str, app: str | None = None
+) -> list[DeliveryView]:
+    return _typed(DeliveryView, await conn.fetch(Q["deliveries_for_event"], event_id, app))
 
 
-async def attempts_for_event(conn: Conn, event_id: str) -> list[Attempt]:
-    return _typed(Attempt, await conn.fetch(Q["attempts_for_event"], event_id))
+async def attempts_for_event(conn: Conn, event_id: str, app: str | None = None) -> list[Attempt]:
+    return _typed(Attempt, await conn.fetch(Q["attempts_for_event"], event_id, app))
+
+
+async def recent_deliveries(
+    conn: Conn, app: str | None, status: str | None, endpoint_id: int | None, limit: int
+) -> list[DeliveryView]:
+    rows = await conn.fetch(Q["recent_deliveries"], app, status, endpoint_id, limit)
+    return _typed(DeliveryView, rows)
 
 
 # ---------------------------------------------------------------- dead letters
 
 
-async def dead_letters(conn: Conn, endpoint_id: int | None, limit: int) -> list[DeadLetter]:
-    return _typed(DeadLetter, await conn.fetch(Q["dead_letters_list"], endpoint_id, limit))
+async def dead_letters(
+    conn: Conn, endpoint_id: int | None, limit: int, app: str | None = None
+) -> list[DeadLetter]:
+    return _typed(DeadLetter, await conn.fetch(Q["dead_letters_list"], endpoint_id, limit, app))
 
 
 async def dead_letters_by_endpoint(conn: Conn, hours: float) -> list[DeadLetterGroup]:
@@ -291,8 +333,8 @@ async def _requeued(conn: Conn, query: str, *args: Any) -> int:
     return len(rows)
 
 
-async def replay_ids(conn: Conn, ids: Sequence[int]) -> int:
-    return await _requeued(conn, Q["replay_ids"], list(ids))
+async def replay_ids(conn: Conn, ids: Sequence[int], app: str | None = None) -> int:
+    return await _requeued(conn, Q["replay_ids"], list(ids), app)
 
 
 async def replay_endpoint(
@@ -323,13 +365,13 @@ async def refresh_percentiles(conn: Conn, window_s: float) -> None:
 
 
 async def endpoint_health(
-    conn: Conn, window_s: float, *, refresh: bool = True
+    conn: Conn, window_s: float, *, refresh: bool = True, app: str | None = None
 ) -> list[EndpointHealth]:
     """Per endpoint breaker and percentiles; `refresh` recomputes the
     percentiles first (a scan of the window) instead of reading the stored ones."""
     if refresh:
         await refresh_percentiles(conn, window_s)
-    return _typed(EndpointHealth, await conn.fetch(Q["endpoint_health_report"]))
+    return _typed(EndpointHealth, await conn.fetch(Q["endpoint_health_report"], app))
 
 
 async def alert_inputs(conn: Conn) -> AlertInputs:
@@ -372,3 +414,74 @@ async def endpoint_recent_failures(
 ) -> list[FailedAttempt]:
     rows = await conn.fetch(Q["endpoint_recent_failures"], endpoint_id, span_s, limit)
     return _typed(FailedAttempt, rows)
+
+
+# ---------------------------------------------------------------- applications and credentials
+# Credentials arrive here as digests (tenancy.digest): the plaintext never
+# reaches the database.
+
+
+async def add_application(conn: Conn, app: str, name: str) -> dict[str, Any]:
+    row = await conn.fetchrow(Q["insert_application"], app, name)
+    if row is None:
+        raise Conflict(f"application {app} already exists")
+    return dict(row)
+
+
+async def require_applications(conn: Conn, apps: Sequence[str]) -> None:
+    if apps:
+        known = {r["id"] for r in await conn.fetch(Q["application_ids"], list(apps))}
+        unknown = [a for a in apps if a not in known]
+        if unknown:
+            raise UnknownApplication(f"no application {unknown[0]}")
+
+
+async def list_applications(conn: Conn, app: str | None = None) -> list[dict[str, Any]]:
+    return [dict(r) for r in await conn.fetch(Q["list_applications"], app)]
+
+
+async def add_token(conn: Conn, app: str, digest: bytes, ttl_s: float | None) -> datetime | None:
+    row = await conn.fetchrow(Q["insert_token"], app, digest, ttl_s)
+    if row is None:
+        raise UnknownApplication(f"no application {app}")
+    expires: datetime | None = row["expires_at"]
+    return expires
+
+
+async def token_application(conn: Conn, digest: bytes) -> tuple[str, bytes, bool] | None:
+    """(application, stored digest, live) of a token, or None if unknown."""
+    row = await conn.fetchrow(Q["token_application"], digest)
+    return None if row is None else (row["application_id"], bytes(row["token_hash"]), row["live"])
+
+
+async def revoke_token(conn: Conn, digest: bytes) -> str | None:
+    return await conn.fetchval(Q["revoke_token"], digest)  # type: ignore[no-any-return]
+
+
+async def add_portal_code(conn: Conn, app: str, digest: bytes, ttl_s: float) -> datetime:
+    expires = await conn.fetchval(Q["insert_portal_code"], digest, app, ttl_s)
+    if expires is None:
+        raise UnknownApplication(f"no application {app}")
+    return expires  # type: ignore[no-any-return]
+
+
+async def use_portal_code(conn: Conn, digest: bytes) -> tuple[str, bytes] | None:
+    row = await conn.fetchrow(Q["use_portal_code"], digest)
+    return None if row is None else (row["application_id"], bytes(row["code_hash"]))
+
+
+async def add_portal_session(conn: Conn, app: str, digest: bytes, ttl_s: float) -> None:
+    await conn.execute(Q["insert_portal_session"], digest, app, ttl_s)
+
+
+async def portal_session_application(conn: Conn, digest: bytes) -> tuple[str, bytes] | None:
+    row = await conn.fetchrow(Q["portal_session_application"], digest)
+    return None if row is None else (row["application_id"], bytes(row["session_hash"]))
+
+
+async def end_portal_session(conn: Conn, digest: bytes) -> None:
+    await conn.execute(Q["delete_portal_session"], digest)
+
+
+async def prune_portal(conn: Conn) -> None:
+    await conn.execute(Q["prune_portal"])

@@ -10,14 +10,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any, NoReturn
 
 import asyncpg
 
 from . import __version__, db, reports, service
+from .cli_apps import add_app_commands
+from .cli_common import Handler, emit, report, table, with_conn
 from .cli_db import cmd_db_status, cmd_db_stop, cmd_db_url
-from .cli_format import print_table, to_json
+from .cli_format import print_table
 from .cli_help import ENDPOINT_FLAGS, OVERVIEW, SHAPING_FLAGS
 from .cli_run import cmd_bench, cmd_demo, cmd_run, cmd_serve
 from .embedded import resolve_database_url
@@ -26,57 +28,12 @@ from .inputs import SPEC_FIELDS, read_payload, read_text_file, spec_from_fields
 from .models import EndpointSpec
 from .settings import Settings
 
-Handler = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
-
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # One line, not argparse's usage block.
         sys.stderr.write(f"dispatcher: error: {message}\n")
         sys.exit(2)
-
-
-# ---------------------------------------------------------------- output
-
-
-def _emit(args: argparse.Namespace, doc: Any, human: Callable[[], None]) -> None:
-    if getattr(args, "json", False):
-        sys.stdout.write(to_json(doc).decode() + "\n")
-    else:
-        human()
-
-
-# ---------------------------------------------------------------- database
-
-
-async def _with_conn(settings: Settings, fn: Callable[[asyncpg.Connection], Awaitable[int]]) -> int:
-    url = resolve_database_url(settings.database_url, settings.home)
-    conn = await db.connect(url)
-    try:
-        await db.require_schema(conn)
-        return await fn(conn)
-    finally:
-        await conn.close()
-
-
-def _report(
-    args: argparse.Namespace,
-    settings: Settings,
-    fetch: Callable[[asyncpg.Connection], Awaitable[Any]],
-    human: Callable[[Any], None],
-) -> Coroutine[Any, Any, int]:
-    """Runs one operation and prints its result: JSON, or `human(result)`."""
-
-    async def go(conn: asyncpg.Connection) -> int:
-        doc = await fetch(conn)
-        _emit(args, doc, lambda: human(doc))
-        return 0
-
-    return _with_conn(settings, go)
-
-
-def _table(cols: Sequence[str]) -> Callable[[Any], None]:
-    return lambda rows: print_table(rows, cols)
 
 
 # ---------------------------------------------------------------- commands
@@ -89,7 +46,7 @@ async def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
         applied = await db.migrate(conn)
     finally:
         await conn.close()
-    _emit(
+    emit(
         args,
         {"applied": applied, "current": True},
         lambda: print(f"applied {len(applied)} migration(s); schema is current"),
@@ -116,27 +73,34 @@ def _spec(args: argparse.Namespace) -> EndpointSpec:
 async def cmd_endpoint_add(args: argparse.Namespace, settings: Settings) -> int:
     spec = _spec(args)
     box = settings.secret_box()
-    return await _report(
+    return await report(
         args,
         settings,
         lambda conn: service.add_endpoint(
-            conn, spec, signature=args.signature, box=box, targets=settings.target_policy()
+            conn,
+            spec,
+            signature=args.signature,
+            box=box,
+            targets=settings.target_policy(),
+            app=args.app,
         ),
         lambda doc: print(f"endpoint {doc['id']} {doc['url']}\nsecret {doc['secret']}"),
     )
 
 
-ENDPOINT_COLUMNS = ["id", "name", "url", "enabled", "event_types", "rate_per_s", "max_in_flight",
-                    "timeout_ms", "max_attempts"]  # fmt: skip
+ENDPOINT_COLUMNS = ["id", "app", "name", "url", "enabled", "event_types", "rate_per_s",
+                    "max_in_flight", "timeout_ms", "max_attempts"]  # fmt: skip
 
 
 async def cmd_endpoint_list(args: argparse.Namespace, settings: Settings) -> int:
-    return await _report(args, settings, service.list_endpoints, _table(ENDPOINT_COLUMNS))
+    return await report(
+        args, settings, lambda conn: service.list_endpoints(conn, args.app), table(ENDPOINT_COLUMNS)
+    )
 
 
 async def cmd_endpoint_rotate(args: argparse.Namespace, settings: Settings) -> int:
     box = settings.secret_box()
-    return await _report(
+    return await report(
         args,
         settings,
         lambda conn: service.rotate_secret(conn, args.id, args.grace_s, box),
@@ -148,7 +112,7 @@ def _toggle(enabled: bool) -> Handler:
     state = "enabled" if enabled else "disabled"
 
     async def handler(args: argparse.Namespace, settings: Settings) -> int:
-        return await _report(
+        return await report(
             args,
             settings,
             lambda conn: service.set_enabled(conn, args.id, enabled),
@@ -163,21 +127,21 @@ async def cmd_endpoint_delete(args: argparse.Namespace, settings: Settings) -> i
         dead = f" ({doc['dead_lettered']} queued deliveries dead-lettered)" if args.force else ""
         print(f"endpoint {doc['id']} deleted{dead}")
 
-    return await _report(
+    return await report(
         args, settings, lambda conn: service.delete_endpoint(conn, args.id, args.force), human
     )
 
 
-HEALTH_COLUMNS = ["endpoint_id", "name", "state", "consecutive_failures", "p50_ms", "p95_ms",
+HEALTH_COLUMNS = ["endpoint_id", "app", "name", "state", "consecutive_failures", "p50_ms", "p95_ms",
                   "p99_ms", "sample_count", "enabled", "url"]  # fmt: skip
 
 
 async def cmd_endpoint_health(args: argparse.Namespace, settings: Settings) -> int:
-    return await _report(
+    return await report(
         args,
         settings,
         lambda conn: reports.endpoint_health(conn, settings.latency_window_s),
-        _table(HEALTH_COLUMNS),
+        table(HEALTH_COLUMNS),
     )
 
 
@@ -186,10 +150,10 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     if args.file is not None:
         if args.payload is not None or args.event_type is not None:
             raise BadInput("--file cannot be combined with --event-type/--payload")
-        return await _report(
+        return await report(
             args,
             settings,
-            lambda conn: service.enqueue_file(conn, args.file, limit),
+            lambda conn: service.enqueue_file(conn, args.file, limit, args.app),
             lambda doc: print(f"{doc['events']} events, {doc['deliveries']} deliveries queued"),
         )
     if args.event_type is None or args.payload is None:
@@ -197,7 +161,7 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     # --payload is JSON text (or @FILE, or - for stdin): kept byte for byte,
     # unlike a parsed document.
     payload = read_payload(args.payload)
-    return await _report(
+    return await report(
         args,
         settings,
         lambda conn: service.enqueue(
@@ -207,13 +171,14 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
             args.event_id,
             args.endpoint,
             max_payload_bytes=limit,
+            app=args.app,
         ),
         lambda doc: print(f"event {doc['event_id']}: deliveries {doc['deliveries']}"),
     )
 
 
 async def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
-    return await _report(
+    return await report(
         args, settings, reports.health_summary, lambda doc: print_table([doc], list(doc))
     )
 
@@ -222,21 +187,21 @@ SLOW_COLUMNS = ["endpoint_id", "name", "url", "p50_ms", "p95_ms", "p99_ms", "sam
 
 
 async def cmd_slow(args: argparse.Namespace, settings: Settings) -> int:
-    return await _report(
+    return await report(
         args,
         settings,
         lambda conn: reports.slow_endpoints(conn, settings.latency_window_s, args.p95_ms),
-        _table(SLOW_COLUMNS),
+        table(SLOW_COLUMNS),
     )
 
 
-DLQ_COLUMNS = ["endpoint_id", "dead", "primary_status_code", "primary_error", "avg_attempts",
+DLQ_COLUMNS = ["endpoint_id", "app", "dead", "primary_status_code", "primary_error", "avg_attempts",
                "pattern", "suggested_action"]  # fmt: skip
 
 
 async def cmd_dlq_analyze(args: argparse.Namespace, settings: Settings) -> int:
-    return await _report(
-        args, settings, lambda conn: reports.dlq_analyze(conn, args.hours), _table(DLQ_COLUMNS)
+    return await report(
+        args, settings, lambda conn: reports.dlq_analyze(conn, args.hours), table(DLQ_COLUMNS)
     )
 
 
@@ -258,10 +223,10 @@ async def cmd_dlq_replay(args: argparse.Namespace, settings: Settings) -> int:
         n = done.requeued
         if done.limit_reached:
             sys.stderr.write(f"dispatcher: replayed the cap of {n}; run again for more\n")
-        _emit(args, {"requeued": n}, lambda: print(f"requeued {n} dead letter(s)"))
+        emit(args, {"requeued": n}, lambda: print(f"requeued {n} dead letter(s)"))
         return 0
 
-    return await _with_conn(settings, go)
+    return await with_conn(settings, go)
 
 
 def _alerts_table(doc: dict[str, dict[str, Any]]) -> None:
@@ -270,7 +235,7 @@ def _alerts_table(doc: dict[str, dict[str, Any]]) -> None:
 
 
 async def cmd_alerts(args: argparse.Namespace, settings: Settings) -> int:
-    return await _report(
+    return await report(
         args, settings, lambda conn: reports.alerts(conn, settings.latency_window_s), _alerts_table
     )
 
@@ -329,7 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="v1: HMAC-SHA256 (whsec_); v1a: ed25519 (whsk_; receivers verify with whpk_)",
     )
-    cmd("list", cmd_endpoint_list, eps, help="all endpoints with their settings")
+    add.add_argument("--app", metavar="ID", help="the application it belongs to (default: default)")
+    ls = cmd("list", cmd_endpoint_list, eps, help="all endpoints with their settings")
+    ls.add_argument("--app", metavar="ID", help="only this application's")
     rot = cmd("rotate-secret", cmd_endpoint_rotate, eps,
               help="new secret; the old one keeps signing for a grace period")  # fmt: skip
     endpoint_id(rot)
@@ -363,6 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
     enq.add_argument("--event-id", metavar="ID",
                      help="idempotency key: the same id again queues nothing new")  # fmt: skip
     enq.add_argument("--endpoint", type=int, metavar="ID", help="only this endpoint")
+    enq.add_argument("--app", metavar="ID",
+                     help="the application whose endpoints get it (default: default; "
+                          "JSONL lines may carry their own \"app\")")  # fmt: skip
     enq.add_argument(
         "--file", metavar="EVENTS.jsonl", help="bulk: one event document per line (- for stdin)"
     )
@@ -415,6 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"at most this many per call (default: {service.DEFAULT_REPLAY_LIMIT})",
     )
+
+    add_app_commands(cmd, group)
 
     dbs = group("db", "the embedded PostgreSQL (used when DATABASE_URL is unset)")
     cmd("status", cmd_db_status, dbs, help="embedded or not, running or not, its URL and data")

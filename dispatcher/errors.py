@@ -2,7 +2,10 @@
 
     DispatcherError
     ├── BadInput          user-supplied data is wrong (CLI exit 2, HTTP 400)
-    │   ├── UnknownEndpoint   (HTTP 404)
+    │   ├── NotFound          (HTTP 404)
+    │   │   ├── UnknownEndpoint
+    │   │   └── UnknownApplication
+    │   ├── Forbidden         outside the caller's application (HTTP 403)
     │   └── Conflict          refused in the current state (HTTP 409)
     ├── TargetRefused     the SSRF guard refused a destination
     └── OperationalError  the database or the machine failed us (CLI exit 1)
@@ -23,8 +26,20 @@ class BadInput(DispatcherError):
     exit_code = 2
 
 
-class UnknownEndpoint(BadInput):
+class NotFound(BadInput):
     pass
+
+
+class UnknownEndpoint(NotFound):
+    pass
+
+
+class UnknownApplication(NotFound):
+    pass
+
+
+class Forbidden(BadInput):
+    """An application's credential asked for something outside its application."""
 
 
 class Conflict(BadInput):

@@ -130,8 +130,9 @@ def event_id_of(value: Any) -> str:
     return check_event_id(value) or new_event_id()
 
 
-Event = tuple[str, str, str, int | None]  # event_id, event_type, payload text, endpoint
-EVENT_FIELDS = frozenset({"event_type", "payload", "event_id", "endpoint", "endpoint_id"})
+# event_id, event_type, payload text, endpoint, application
+Event = tuple[str, str, str, int | None, str | None]
+EVENT_FIELDS = frozenset({"event_type", "payload", "event_id", "endpoint", "endpoint_id", "app"})
 
 
 def parse_event(doc: Mapping[str, Any], max_payload_bytes: int) -> Event:
@@ -157,7 +158,10 @@ def parse_event(doc: Mapping[str, Any], max_payload_bytes: int) -> Event:
         raise BadInput(f"payload cannot be encoded as JSON: {exc}") from None
     if len(encoded) > max_payload_bytes:
         raise BadInput(f"payload is {len(encoded)} bytes, over the limit of {max_payload_bytes}")
-    return event_id_of(doc.get("event_id")), event_type, encoded.decode(), endpoint
+    app = doc.get("app")
+    if app is not None and not isinstance(app, str):
+        raise BadInput("app must be an application id")
+    return event_id_of(doc.get("event_id")), event_type, encoded.decode(), endpoint, app
 
 
 def read_events(path: str, max_payload_bytes: int) -> list[Event]:

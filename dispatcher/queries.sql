@@ -147,13 +147,18 @@ ORDER BY e.id;
 INSERT INTO endpoints (url, secret, event_types, rate_per_s, burst, max_in_flight, timeout_ms,
                        max_attempts, retry_base_ms, retry_cap_ms, failure_threshold, cooldown_s,
                        name, description, method, body, success_body, filter, ordering,
-                       ordering_key, client_cert, client_key, headers)
+                       ordering_key, client_cert, client_key, headers, application_id)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
-        $18::jsonb, $19, $20, $21, $22, $23::jsonb)
+        $18::jsonb, $19, $20, $21, $22, $23::jsonb, $24)
 RETURNING *;
 
 -- name: list_endpoints
-SELECT * FROM endpoints WHERE deleted_at IS NULL ORDER BY id;
+SELECT * FROM endpoints
+WHERE deleted_at IS NULL AND ($1::text IS NULL OR application_id = $1)
+ORDER BY id;
+
+-- name: endpoint_application
+SELECT application_id FROM endpoints WHERE id = $1 AND deleted_at IS NULL;
 
 -- name: get_endpoint
 SELECT * FROM endpoints WHERE id = $1 AND deleted_at IS NULL;
@@ -184,14 +189,18 @@ RETURNING *;
 DELETE FROM endpoint_secrets WHERE expires_at <= now();
 
 -- name: endpoint_ids
-SELECT id FROM endpoints WHERE id = ANY($1::bigint[]) AND deleted_at IS NULL;
+SELECT id, application_id FROM endpoints WHERE id = ANY($1::bigint[]) AND deleted_at IS NULL;
+
+-- name: application_ids
+SELECT id FROM applications WHERE id = ANY($1::text[]);
 
 -- name: stage_events
 CREATE TEMP TABLE dispatcher_stage (
     event_id text NOT NULL,
     event_type text NOT NULL,
     payload text NOT NULL,
-    endpoint_id bigint
+    endpoint_id bigint,
+    application_id text
 ) ON COMMIT DROP;
 
 -- name: fan_out_staged
@@ -202,8 +211,11 @@ WITH ins AS (
     SELECT e.id, s.event_id, s.event_type, s.payload::json, e.max_attempts,
            dispatcher_order_key(e.ordering, e.ordering_key, s.payload::json)
     FROM dispatcher_stage s
+    -- A line without an application is the default's; one with an endpoint
+    -- id goes to that endpoint (the caller checked it is the line's application's).
     JOIN endpoints e ON e.deleted_at IS NULL AND CASE WHEN s.endpoint_id IS NULL
-        THEN e.enabled AND (e.event_types @> ARRAY[s.event_type] OR e.event_types @> '{*}')
+        THEN e.application_id = coalesce(s.application_id, 'default') AND e.enabled
+             AND (e.event_types @> ARRAY[s.event_type] OR e.event_types @> '{*}')
              AND dispatcher_filter_passes(e.filter, s.payload::json)
         ELSE e.id = s.endpoint_id END
     ON CONFLICT (endpoint_id, event_id) DO NOTHING
@@ -212,7 +224,8 @@ WITH ins AS (
 SELECT count(*) FROM ins;
 
 -- name: enqueue_one
-SELECT dispatcher_enqueue($1, $2::json, $3, $4);
+SELECT CASE WHEN $5::text IS NULL THEN dispatcher_enqueue($1, $2::json, $3, $4)
+            ELSE dispatcher_enqueue_app($5, $1, $2::json, $3, $4) END;
 
 -- name: health_summary
 SELECT
@@ -269,12 +282,22 @@ WHERE ctid = ANY (ARRAY(
     LIMIT $2));
 
 -- name: endpoint_health_report
-SELECT e.id AS endpoint_id, e.name, e.url, e.enabled, h.state, h.consecutive_failures,
-       h.failure_threshold, h.opened_at, h.cooldown_seconds,
+-- With each endpoint's last hour of attempts (an index range scan of its
+-- latency samples): how many, and the share answered 2xx.
+SELECT e.id AS endpoint_id, e.application_id AS app, e.name, e.url, e.enabled, h.state,
+       h.consecutive_failures, h.failure_threshold, h.opened_at, h.cooldown_seconds,
        h.p50_ms, h.p95_ms, h.p99_ms, h.sample_count, h.last_failure_at, h.last_success_at,
-       e.max_in_flight, e.rate_per_s, e.burst
+       e.max_in_flight, e.rate_per_s, e.burst,
+       r.attempts AS attempts_last_hour, r.success_rate AS success_rate_last_hour
 FROM endpoints e JOIN endpoint_health h ON h.endpoint_id = e.id
-WHERE e.deleted_at IS NULL
+CROSS JOIN LATERAL (
+    SELECT count(*) AS attempts,
+           round(((count(*) FILTER (WHERE l.status_code BETWEEN 200 AND 299))::numeric
+                  / nullif(count(*), 0)), 4)::float8 AS success_rate
+    FROM endpoint_latency l
+    WHERE l.endpoint_id = e.id AND l.measured_at > now() - interval '1 hour'
+) r
+WHERE e.deleted_at IS NULL AND ($1::text IS NULL OR e.application_id = $1)
 ORDER BY e.id;
 
 -- name: dead_letters_by_endpoint
@@ -295,7 +318,7 @@ WITH dead AS (
     WHERE status = 'dead_letter' AND updated_at > now() - make_interval(secs => $1)
     GROUP BY endpoint_id
 )
-SELECT d.*,
+SELECT d.*, (SELECT e.application_id FROM endpoints e WHERE e.id = d.endpoint_id) AS app,
        (SELECT (count(*) FILTER (WHERE l.status_code BETWEEN 200 AND 299))::float8
                / nullif(count(*), 0)
         FROM endpoint_latency l
@@ -309,7 +332,9 @@ UPDATE webhook_queue
 SET status = 'pending', attempt_count = 0, next_attempt_at = now(), updated_at = now()
 WHERE id = ANY($1::bigint[]) AND status = 'dead_letter'
   -- A deleted endpoint's dead letters stay dead: nothing would send them.
-  AND endpoint_id IN (SELECT id FROM endpoints WHERE deleted_at IS NULL)
+  -- An application's token replays only its own.
+  AND endpoint_id IN (SELECT id FROM endpoints WHERE deleted_at IS NULL
+                      AND ($2::text IS NULL OR application_id = $2))
 RETURNING id;
 
 -- name: replay_endpoint
@@ -351,7 +376,25 @@ SELECT pg_notify('dispatcher_due', '');
 SELECT id, endpoint_id, event_id, event_type, status, attempt_count, max_attempts,
        created_at, next_attempt_at, delivered_at, last_error, last_status_code,
        last_response_ms
-FROM webhook_queue WHERE event_id = $1 ORDER BY id;
+FROM webhook_queue
+WHERE event_id = $1
+  AND ($2::text IS NULL
+       OR endpoint_id IN (SELECT id FROM endpoints WHERE application_id = $2))
+ORDER BY id;
+
+-- name: recent_deliveries
+-- Newest first, of one application (or all), optionally of one status and
+-- one endpoint: the portal's deliveries list.
+SELECT id, endpoint_id, event_id, event_type, status, attempt_count, max_attempts,
+       created_at, next_attempt_at, delivered_at, last_error, last_status_code,
+       last_response_ms
+FROM webhook_queue
+WHERE ($1::text IS NULL
+       OR endpoint_id IN (SELECT id FROM endpoints WHERE application_id = $1))
+  AND ($2::text IS NULL OR status = $2)
+  AND ($3::bigint IS NULL OR endpoint_id = $3)
+ORDER BY id DESC
+LIMIT $4;
 
 -- name: alert_inputs
 SELECT
@@ -384,6 +427,8 @@ SELECT id, endpoint_id, event_id, event_type, attempt_count, created_at, updated
        last_error, last_status_code, last_response_ms
 FROM webhook_queue
 WHERE status = 'dead_letter' AND ($1::bigint IS NULL OR endpoint_id = $1)
+  AND ($3::text IS NULL
+       OR endpoint_id IN (SELECT id FROM endpoints WHERE application_id = $3))
 ORDER BY updated_at DESC, id DESC
 LIMIT $2;
 
@@ -392,6 +437,8 @@ SELECT l.delivery_id, l.measured_at AS at, l.status_code, l.response_ms, l.error
 FROM webhook_queue w
 JOIN endpoint_latency l ON l.delivery_id = w.id
 WHERE w.event_id = $1
+  AND ($2::text IS NULL
+       OR w.endpoint_id IN (SELECT id FROM endpoints WHERE application_id = $2))
 ORDER BY l.delivery_id, l.measured_at;
 
 -- name: update_endpoint
@@ -542,3 +589,69 @@ SELECT s.relname AS table, s.n_live_tup AS live, s.n_dead_tup AS dead,
 FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
 WHERE s.relname = ANY ($1::text[]) AND s.schemaname = current_schema()
 ORDER BY s.relname;
+
+-- ---------------------------------------------------------------- applications
+
+-- name: insert_application
+INSERT INTO applications (id, name) VALUES ($1, $2)
+ON CONFLICT (id) DO NOTHING
+RETURNING id, name, created_at;
+
+-- name: list_applications
+-- With each one's live endpoints and queue depth (pending, retrying, in
+-- flight), counted from the claim index per endpoint.
+SELECT a.id, a.name, a.created_at,
+       (SELECT count(*) FROM endpoints e
+        WHERE e.application_id = a.id AND e.deleted_at IS NULL) AS endpoints,
+       (SELECT count(*) FROM endpoints e JOIN webhook_queue q ON q.endpoint_id = e.id
+        WHERE e.application_id = a.id AND q.status IN ('pending', 'failed', 'in_flight'))
+           AS queue_depth
+FROM applications a
+WHERE ($1::text IS NULL OR a.id = $1)
+ORDER BY a.id;
+
+-- name: insert_token
+INSERT INTO application_tokens (application_id, token_hash, expires_at)
+SELECT $1, $2, CASE WHEN $3::float8 IS NULL THEN NULL
+                    ELSE now() + make_interval(secs => $3) END
+WHERE EXISTS (SELECT 1 FROM applications WHERE id = $1)
+RETURNING expires_at;
+
+-- name: token_application
+-- The application a token acts for, if it is live (neither expired nor revoked).
+SELECT application_id, token_hash,
+       revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now()) AS live
+FROM application_tokens WHERE token_hash = $1;
+
+-- name: revoke_token
+UPDATE application_tokens SET revoked_at = coalesce(revoked_at, now())
+WHERE token_hash = $1
+RETURNING application_id, revoked_at;
+
+-- name: insert_portal_code
+INSERT INTO portal_codes (code_hash, application_id, expires_at)
+SELECT $1, $2, now() + make_interval(secs => $3)
+WHERE EXISTS (SELECT 1 FROM applications WHERE id = $2)
+RETURNING expires_at;
+
+-- name: use_portal_code
+-- Once: the first caller marks it used; a second, or a late one, gets nothing.
+UPDATE portal_codes SET used_at = now()
+WHERE code_hash = $1 AND used_at IS NULL AND expires_at > now()
+RETURNING application_id, code_hash;
+
+-- name: insert_portal_session
+INSERT INTO portal_sessions (session_hash, application_id, expires_at)
+VALUES ($1, $2, now() + make_interval(secs => $3));
+
+-- name: portal_session_application
+SELECT application_id, session_hash FROM portal_sessions
+WHERE session_hash = $1 AND expires_at > now();
+
+-- name: delete_portal_session
+DELETE FROM portal_sessions WHERE session_hash = $1;
+
+-- name: prune_portal
+-- Expired sessions and codes past any use.
+WITH s AS (DELETE FROM portal_sessions WHERE expires_at < now() - interval '1 day')
+DELETE FROM portal_codes WHERE expires_at < now() - interval '1 day';

@@ -39,12 +39,14 @@ async def health_summary(conn: Conn) -> dict[str, Any]:
 
 
 async def endpoint_health(
-    conn: Conn, window_s: float, *, refresh: bool = True
+    conn: Conn, window_s: float, *, refresh: bool = True, app: str | None = None
 ) -> list[dict[str, Any]]:
-    """Per endpoint: breaker, consecutive failures, percentiles over the
-    window. `refresh` recomputes the percentiles first instead of reading
-    the stored ones (the admin API refreshes at most every few seconds)."""
-    return [as_dict(r) for r in await catalog.endpoint_health(conn, window_s, refresh=refresh)]
+    """Per endpoint (of `app`, or all): breaker, consecutive failures,
+    percentiles over the window, attempts and 2xx share over the last hour.
+    `refresh` recomputes the percentiles first instead of reading the stored
+    ones (the admin API refreshes at most every few seconds)."""
+    rows = await catalog.endpoint_health(conn, window_s, refresh=refresh, app=app)
+    return [as_dict(r) for r in rows]
 
 
 async def slow_endpoints(
@@ -77,6 +79,7 @@ async def dlq_analyze(conn: Conn, hours: float | None = None) -> list[dict[str, 
         out.append(
             {
                 "endpoint_id": g.endpoint_id,
+                "app": g.app,
                 "dead": g.dead,
                 "primary_error": g.primary_error,
                 "primary_status_code": g.primary_status_code,
@@ -132,13 +135,16 @@ async def metrics_view(
     return gauges, await alerts(conn, window_s, refresh=refresh)
 
 
-async def deliveries_for_event(conn: Conn, event_id: str) -> list[dict[str, Any]]:
-    """Each delivery of one event, with its attempts (oldest first)."""
+async def deliveries_for_event(
+    conn: Conn, event_id: str, app: str | None = None
+) -> list[dict[str, Any]]:
+    """Each delivery of one event (of `app`'s endpoints, or all), with its
+    attempts (oldest first)."""
     if check_event_id(event_id or None) is None:
         raise BadInput("event_id is required")
-    rows = [as_dict(d) for d in await catalog.deliveries_for_event(conn, event_id)]
+    rows = [as_dict(d) for d in await catalog.deliveries_for_event(conn, event_id, app)]
     by_delivery: dict[int, list[dict[str, Any]]] = {}
-    for attempt in await catalog.attempts_for_event(conn, event_id):
+    for attempt in await catalog.attempts_for_event(conn, event_id, app):
         doc = as_dict(attempt)
         by_delivery.setdefault(doc.pop("delivery_id"), []).append(doc)
     for r in rows:
@@ -146,14 +152,42 @@ async def deliveries_for_event(conn: Conn, event_id: str) -> list[dict[str, Any]
     return rows
 
 
-async def dead_letters(
-    conn: Conn, endpoint_id: int | None = None, limit: int | None = None
-) -> list[dict[str, Any]]:
-    """The newest dead letters (of one endpoint, or all), at most 1,000."""
-    n = DEFAULT_DEAD_LETTERS if limit is None else limit
+def _limit(limit: int | None, default: int, most: int) -> int:
+    n = default if limit is None else limit
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise BadInput("limit must be at least 1")
-    rows = await catalog.dead_letters(conn, endpoint_id, min(n, MAX_DEAD_LETTERS))
+    return min(n, most)
+
+
+async def dead_letters(
+    conn: Conn, endpoint_id: int | None = None, limit: int | None = None, app: str | None = None
+) -> list[dict[str, Any]]:
+    """The newest dead letters (of one endpoint, of `app`, or all), at most 1,000."""
+    if endpoint_id is not None and app is not None:
+        await catalog.check_owner(conn, endpoint_id, app)
+    n = _limit(limit, DEFAULT_DEAD_LETTERS, MAX_DEAD_LETTERS)
+    return [as_dict(r) for r in await catalog.dead_letters(conn, endpoint_id, n, app)]
+
+
+STATUSES = ("pending", "in_flight", "delivered", "failed", "dead_letter")
+
+
+async def recent_deliveries(
+    conn: Conn,
+    *,
+    app: str | None = None,
+    status: str | None = None,
+    endpoint_id: int | None = None,
+    limit: int | None = None,
+) -> list[dict[str, Any]]:
+    """The newest deliveries (of `app`, of one status, of one endpoint), at
+    most 1,000: what a portal lists."""
+    if status is not None and status not in STATUSES:
+        raise BadInput(f"status must be one of {', '.join(STATUSES)}")
+    if endpoint_id is not None and app is not None:
+        await catalog.check_owner(conn, endpoint_id, app)
+    n = _limit(limit, DEFAULT_DEAD_LETTERS, MAX_DEAD_LETTERS)
+    rows = await catalog.recent_deliveries(conn, app, status, endpoint_id, n)
     return [as_dict(r) for r in rows]
 
 

@@ -20,6 +20,7 @@ class EndpointRecord(EndpointSettings):
     id: int
     url: str
     sealed_secret: str
+    application_id: str
     name: str | None
     description: str | None
     enabled: bool
@@ -31,6 +32,7 @@ class EndpointRecord(EndpointSettings):
 @dataclass(frozen=True, kw_only=True, slots=True)
 class EndpointHealth:
     endpoint_id: int
+    app: str
     name: str | None
     url: str
     enabled: bool
@@ -48,6 +50,8 @@ class EndpointHealth:
     max_in_flight: int
     rate_per_s: float | None
     burst: int | None
+    attempts_last_hour: int
+    success_rate_last_hour: float | None  # share of those attempts answered 2xx
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -79,6 +83,7 @@ class DeadLetterGroup:
     times: list[float]
     codes: list[int | None]
     success_share: float | None  # 2xx share of the endpoint's attempts meanwhile
+    app: str | None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

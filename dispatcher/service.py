@@ -39,6 +39,7 @@ from .secretbox import SecretBox, seal, unseal
 from .shaping import url_sample
 from .signing import SIGNING_KEY_PREFIX, generate_secret, generate_signing_key, public_key
 from .ssrf import TargetPolicy, check_resolved, check_target, parse_target
+from .tenancy import DEFAULT_APP, check_app
 
 DEFAULT_GRACE_S = 86_400.0  # a rotated-out secret keeps signing for a day
 MAX_GRACE_S = float(2**31)
@@ -78,7 +79,8 @@ async def vet_target(url: str, targets: TargetPolicy) -> None:
 def endpoint_public(record: EndpointRecord, *, secret: str | None = None) -> dict[str, Any]:
     """An endpoint as users see it: the secret (and for an ed25519 key its
     public half) only when just created or rotated."""
-    out: dict[str, Any] = {"id": record.id, "name": record.name, "url": record.url}
+    out: dict[str, Any] = {"id": record.id, "app": record.application_id, "name": record.name}
+    out["url"] = record.url
     out["description"] = record.description
     out.update((name, getattr(record, name)) for name in SETTING_NAMES)
     out["event_types"] = list(record.event_types)
@@ -120,8 +122,10 @@ async def add_endpoint(
     signature: str | None = None,
     box: SecretBox | None = None,
     targets: TargetPolicy | None = None,
+    app: str | None = None,
 ) -> dict[str, Any]:
-    """Creates an endpoint; without a secret in `spec`, one of `signature`'s scheme.
+    """Creates an endpoint of `app` (None: the default application);
+    without a secret in `spec`, one of `signature`'s scheme.
 
     `targets`: the deployment's SSRF policy, checked against the URL's
     literal address (the CLI and the API pass theirs; None only for trusted
@@ -131,7 +135,7 @@ async def add_endpoint(
     if any(value == HEADER_MASK for _, value in spec.headers):
         raise BadInput(f"a header value {HEADER_MASK} only keeps a stored value in an update")
     secret = spec.secret or new_secret(signature)
-    record = await catalog.add_endpoint(conn, spec, secret, box)
+    record = await catalog.add_endpoint(conn, spec, secret, box, check_app(app or DEFAULT_APP))
     return endpoint_public(record, secret=secret)
 
 
@@ -142,6 +146,7 @@ async def update_endpoint(
     *,
     box: SecretBox | None = None,
     targets: TargetPolicy | None = None,
+    app: str | None = None,
 ) -> dict[str, Any]:
     """Applies `patch` over the endpoint's current settings, validated whole
     (the URL again too, as at creation). Headers not in `patch` stay as they
@@ -150,6 +155,9 @@ async def update_endpoint(
         raise BadInput("use rotate-secret to change a secret")
     if "enabled" in patch:
         raise BadInput("use the disable / enable routes")
+    if "app" in patch:
+        raise BadInput("an endpoint stays in its application")
+    await catalog.check_owner(conn, endpoint_id, app)
     async with conn.transaction():
         current = await catalog.get_endpoint(conn, endpoint_id, lock=True)
         # The stored headers may be sealed: they are carried over, not re-validated.
@@ -186,17 +194,25 @@ def _patched_headers(
     return tuple(out)
 
 
-async def set_enabled(conn: Conn, endpoint_id: int, enabled: bool) -> dict[str, Any]:
+async def set_enabled(
+    conn: Conn, endpoint_id: int, enabled: bool, app: str | None = None
+) -> dict[str, Any]:
     """Stops or resumes deliveries to an endpoint; nothing queued is lost."""
+    await catalog.check_owner(conn, endpoint_id, app)
     return endpoint_public(await catalog.set_enabled(conn, endpoint_id, enabled))
 
 
 async def rotate_secret(
-    conn: Conn, endpoint_id: int, grace_s: float | None = None, box: SecretBox | None = None
+    conn: Conn,
+    endpoint_id: int,
+    grace_s: float | None = None,
+    box: SecretBox | None = None,
+    app: str | None = None,
 ) -> dict[str, Any]:
     """A new secret of the endpoint's own scheme (HMAC stays HMAC, ed25519
     stays ed25519); the old one keeps signing alongside it for `grace_s`."""
     grace = DEFAULT_GRACE_S if grace_s is None else check_number(grace_s, "grace_s", 0, MAX_GRACE_S)
+    await catalog.check_owner(conn, endpoint_id, app)
     async with conn.transaction():
         current = await catalog.get_endpoint(conn, endpoint_id, lock=True)
         # The stored secret may be sealed: its scheme is that of the plaintext.
@@ -207,15 +223,21 @@ async def rotate_secret(
     return doc
 
 
-async def list_endpoints(conn: Conn) -> list[dict[str, Any]]:
-    return [endpoint_public(r) for r in await catalog.list_endpoints(conn)]
+async def list_endpoints(conn: Conn, app: str | None = None) -> list[dict[str, Any]]:
+    """Every live endpoint, or `app`'s (an unknown application: NotFound)."""
+    if app is not None:
+        await catalog.require_applications(conn, [check_app(app)])
+    return [endpoint_public(r) for r in await catalog.list_endpoints(conn, app)]
 
 
-async def get_endpoint(conn: Conn, endpoint_id: int) -> dict[str, Any]:
+async def get_endpoint(conn: Conn, endpoint_id: int, app: str | None = None) -> dict[str, Any]:
+    await catalog.check_owner(conn, endpoint_id, app)
     return endpoint_public(await catalog.get_endpoint(conn, endpoint_id))
 
 
-async def delete_endpoint(conn: Conn, endpoint_id: int, force: bool = False) -> dict[str, Any]:
+async def delete_endpoint(
+    conn: Conn, endpoint_id: int, force: bool = False, app: str | None = None
+) -> dict[str, Any]:
     """Deletes an endpoint: it is no longer listed and gets nothing more; its
     dead letters and history stay. Refused (Conflict) while it has pending,
     failed or in-flight deliveries, unless `force`, which first moves them
@@ -223,6 +245,7 @@ async def delete_endpoint(conn: Conn, endpoint_id: int, force: bool = False) -> 
     check_id(endpoint_id, "id")
     if not isinstance(force, bool):
         raise BadInput("force must be true or false")
+    await catalog.check_owner(conn, endpoint_id, app)
     record, dead = await catalog.delete_endpoint(conn, endpoint_id, force=force)
     return {"id": record.id, "url": record.url, "deleted": True, "dead_lettered": dead}
 
@@ -238,32 +261,65 @@ async def enqueue(
     endpoint_id: int | None = None,
     *,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    app: str | None = None,
 ) -> dict[str, Any]:
-    """Queues one event: a delivery per subscribed endpoint (or only to
-    `endpoint_id`). JSON text or bytes are kept byte for byte. The same event
-    id again creates nothing new and answers the existing deliveries."""
+    """Queues one event of `app` (None: the default application, or the
+    given endpoint's): a delivery per subscribed endpoint of that application
+    (or only to `endpoint_id`). JSON text or bytes are kept byte for byte.
+    The same event id again in the same application creates nothing new and
+    answers the existing deliveries."""
     event_type = check_event_type(event_type)
     event_id = event_id_of(event_id)
     endpoint_id = check_id(endpoint_id)
     text = payload_text(payload, max_payload_bytes)
-    ids = await catalog.enqueue(conn, event_type, text, event_id, endpoint_id)
+    ids = await catalog.enqueue(conn, event_type, text, event_id, endpoint_id, _app(app))
     return {"event_id": event_id, "deliveries": ids}
 
 
 async def enqueue_event(
-    conn: Conn, doc: Mapping[str, Any], max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    conn: Conn,
+    doc: Mapping[str, Any],
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    app: str | None = None,
 ) -> dict[str, Any]:
-    """`enqueue` for one event given as a JSON document (an API body)."""
-    event_id, event_type, payload, endpoint = parse_event(doc, max_payload_bytes)
-    ids = await catalog.enqueue(conn, event_type, payload, event_id, endpoint)
+    """`enqueue` for one event given as a JSON document (an API body);
+    `app` is the application the document's own "app" resolved to."""
+    event_id, event_type, payload, endpoint, _ = parse_event(doc, max_payload_bytes)
+    ids = await catalog.enqueue(conn, event_type, payload, event_id, endpoint, _app(app))
     return {"event_id": event_id, "deliveries": ids}
 
 
+TEST_EVENT_TYPE = "dispatcher.test"
+
+
+async def send_test_event(conn: Conn, endpoint_id: int, app: str | None = None) -> dict[str, Any]:
+    """One `dispatcher.test` event to this endpoint only (its subscriptions
+    and filter are not asked), as a receiver's owner checks the wiring."""
+    await catalog.check_owner(conn, endpoint_id, app)
+    event_id = event_id_of(None)
+    text = orjson.dumps(
+        {"type": TEST_EVENT_TYPE, "endpoint_id": endpoint_id, "message": "a test event"}
+    ).decode()
+    ids = await catalog.enqueue(conn, TEST_EVENT_TYPE, text, event_id, endpoint_id)
+    return {"event_id": event_id, "deliveries": ids}
+
+
+def _app(app: str | None) -> str | None:
+    return None if app is None else check_app(app)
+
+
 async def enqueue_file(
-    conn: Conn, path: str, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    conn: Conn,
+    path: str,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    app: str | None = None,
 ) -> dict[str, Any]:
-    """Queues a JSONL file (- for stdin) of event documents, all or nothing."""
+    """Queues a JSONL file (- for stdin) of event documents, all or
+    nothing; a line without "app" is `app`'s (None: as enqueue decides)."""
     events = read_events(path, max_payload_bytes)
+    if app is not None:
+        check_app(app)
+        events = [(*e[:4], e[4] or app) for e in events]
     created = await catalog.enqueue_bulk(conn, events)
     return {"events": len(events), "deliveries": created}
 
@@ -285,6 +341,7 @@ async def replay(
     since: str | datetime | None = None,
     until: str | datetime | None = None,
     limit: int | None = None,
+    app: str | None = None,
 ) -> Replayed:
     """Moves dead letters back to pending with a fresh attempt budget: the
     given ids, or an endpoint's (optionally only those that died between
@@ -296,11 +353,12 @@ async def replay(
             raise BadInput("ids must be a list of integer ids")
         for i in ids:
             check_id(i, "each id")
-        n = await catalog.replay_ids(conn, list(ids))
+        n = await catalog.replay_ids(conn, list(ids), app)
         return Replayed(requeued=n, limit_reached=False)
     if endpoint_id is None:
         raise BadInput("replay needs ids or an endpoint")
     check_id(endpoint_id, "endpoint")
+    await catalog.check_owner(conn, endpoint_id, app)
     cap = DEFAULT_REPLAY_LIMIT if limit is None else limit
     if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
         raise BadInput("limit must be at least 1")

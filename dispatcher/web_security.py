@@ -1,11 +1,14 @@
 """Who may call the admin server, and what every one of its answers carries.
 
 Owns the admin token check, the dashboard's sign-in sessions (an HttpOnly,
-SameSite=Strict cookie with a CSRF token for state-changing calls), the
-security headers on every response, and the turning of every error into a
-JSON answer: an input error is a 4xx with `{"error": …}`, anything else a
-logged one-line 500, never a traceback. It never touches the database and
-knows nothing of the routes but which ones are open.
+SameSite=Strict cookie with a CSRF token for state-changing calls), who an
+application's credential is (a `dtk_` token, or a portal session cookie)
+and which routes it may call, the security headers on every response, and
+the turning of every error into a JSON answer: an input error is a 4xx with
+`{"error": …}`, anything else a logged one-line 500, never a traceback. It
+never touches the database (application credentials are looked up through
+the `Resolver` the server installs) and knows nothing of the routes but
+which ones are open and which an application may use.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -24,15 +28,40 @@ from aiohttp.web_request import BaseRequest
 
 from . import db, log
 from .cli_format import to_json
-from .errors import BadInput, Conflict, DispatcherError, TargetRefused, UnknownEndpoint
+from .errors import BadInput, Conflict, DispatcherError, Forbidden, NotFound, TargetRefused
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # Open: the probes, the sign-in, the dashboard's code and styles (no data),
 # and `/`, which shows the sign-in form itself (401) to a caller without a session.
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/login", "/"})
+# The portal's sign-in and page answer for themselves (a code, a session).
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/login", "/", "/portal", "/portal/login"})
 OPEN_PREFIX = "/static/"
 SESSION_COOKIE = "dispatcher_session"
+PORTAL_COOKIE = "dispatcher_portal"
+TOKEN_PREFIX = "dtk_"
+
+# What an application's credential may call (SPEC: "An application token
+# acts inside its application only, on …"); every other route answers 403.
+APP_ROUTES = frozenset(
+    {
+        ("GET", "/v1/endpoints"),
+        ("POST", "/v1/endpoints"),
+        ("GET", "/v1/endpoints/{id}"),
+        ("PATCH", "/v1/endpoints/{id}"),
+        ("DELETE", "/v1/endpoints/{id}"),
+        ("POST", "/v1/endpoints/{id}/disable"),
+        ("POST", "/v1/endpoints/{id}/enable"),
+        ("POST", "/v1/endpoints/{id}/rotate-secret"),
+        ("POST", "/v1/endpoints/{id}/test"),
+        ("GET", "/v1/endpoints/health"),
+        ("POST", "/v1/events"),
+        ("GET", "/v1/deliveries"),
+        ("GET", "/v1/dead-letters"),
+        ("POST", "/v1/dead-letters/replay"),
+        ("POST", "/portal/logout"),
+    }
+)
 CSRF_HEADER = "X-CSRF-Token"
 SESSION_TTL_S = 12 * 3600.0
 MAX_SESSIONS = 1000
@@ -98,8 +127,22 @@ class Sessions:
         self._live.pop(sid, None)
 
 
+@dataclass(frozen=True, slots=True)
+class Resolver:
+    """Application credentials, looked up by the server that installs this:
+    a token's (application, live), a portal session's application, and the
+    CSRF token that goes with a portal session."""
+
+    token: Callable[[str], Awaitable[tuple[str, bool] | None]]
+    session: Callable[[str], Awaitable[str | None]]
+    csrf: Callable[[str], str]
+
+
 SESSIONS: web.AppKey[Sessions] = web.AppKey("sessions", Sessions)
+RESOLVER: web.AppKey[Resolver] = web.AppKey("resolver", Resolver)
 CSRF: web.RequestKey[str] = web.RequestKey("csrf", str)
+# Set when an application's credential made the request: the application.
+APP: web.RequestKey[str] = web.RequestKey("app", str)
 BODY_BROKEN: web.RequestKey[bool] = web.RequestKey("body_broken", bool)
 
 
@@ -115,12 +158,30 @@ def _same_origin(request: web.Request) -> bool:
     return origin is None or origin == f"{request.scheme}://{request.host}"
 
 
-def authenticate(request: web.Request) -> str | None:
-    """None when the request may go on; else why not (401)."""
+async def authenticate(request: web.Request) -> str | None:
+    """None when the request may go on, with APP set for an application's
+    credential (and CSRF for a cookie); else why not (401)."""
     sessions = request.app[SESSIONS]
     offered = _bearer(request)
     if offered is not None:
+        if offered.startswith(TOKEN_PREFIX):
+            found = await request.app[RESOLVER].token(offered)
+            if found is None:
+                return "unknown application token"
+            if not found[1]:
+                return "application token expired or revoked"
+            request[APP] = found[0]
+            return None
         return None if sessions.token_ok(offered) else "missing or wrong bearer token"
+    # A portal session before the dashboard's: if a browser holds both, it
+    # acts with the lesser right.
+    portal_sid = request.cookies.get(PORTAL_COOKIE)
+    if portal_sid:
+        app = await request.app[RESOLVER].session(portal_sid)
+        if app is not None:
+            request[APP] = app
+            request[CSRF] = request.app[RESOLVER].csrf(portal_sid)
+            return None
     csrf = sessions.csrf_of(request.cookies.get(SESSION_COOKIE, ""))
     if csrf is None:
         return "missing or wrong bearer token"
@@ -128,11 +189,26 @@ def authenticate(request: web.Request) -> str | None:
     return None
 
 
-def set_session_cookie(request: web.Request, response: web.StreamResponse, sid: str) -> None:
+def app_may_call(request: web.Request) -> bool:
+    resource = request.match_info.route.resource
+    if resource is None:
+        return True  # no such route: aiohttp's own 404 / 405 follows
+    method = "GET" if request.method == "HEAD" else request.method
+    return (method, resource.canonical) in APP_ROUTES
+
+
+def set_session_cookie(
+    request: web.Request, response: web.StreamResponse, sid: str, *, portal: bool = False
+) -> None:
+    """The one signed-in identity of this browser: signing in to the portal
+    signs the dashboard out there, and the other way round."""
+    name, other = (PORTAL_COOKIE, SESSION_COOKIE) if portal else (SESSION_COOKIE, PORTAL_COOKIE)
     response.set_cookie(
-        SESSION_COOKIE, sid, max_age=int(SESSION_TTL_S), path="/", httponly=True,
+        name, sid, max_age=int(SESSION_TTL_S), path="/", httponly=True,
         samesite="Strict", secure=request.secure,
     )  # fmt: skip
+    if other in request.cookies:
+        response.del_cookie(other, path="/")
 
 
 @web.middleware
@@ -149,9 +225,11 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
 async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         if request.path not in OPEN_PATHS and not request.path.startswith(OPEN_PREFIX):
-            why = authenticate(request)
+            why = await authenticate(request)
             if why is not None:
                 return json_error(401, why)
+            if APP in request and not app_may_call(request):
+                return json_error(403, "an application's credential cannot use this route")
             csrf = request.get(CSRF)
             if csrf is not None and request.method not in SAFE_METHODS:
                 offered = request.headers.get(CSRF_HEADER, "")
@@ -168,8 +246,10 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         if "Allow" in exc.headers:
             response.headers["Allow"] = exc.headers["Allow"]
         return response
-    except UnknownEndpoint as exc:
+    except NotFound as exc:
         return json_error(404, str(exc))
+    except Forbidden as exc:
+        return json_error(403, str(exc))
     except Conflict as exc:
         return json_error(409, str(exc))
     except (BadInput, TargetRefused) as exc:
@@ -205,8 +285,9 @@ async def add_security_headers(request: web.Request, response: web.StreamRespons
             response.headers[name] = value
 
 
-def install(app: web.Application, token: str) -> None:
+def install(app: web.Application, token: str, resolver: Resolver) -> None:
     app[SESSIONS] = Sessions(token)
+    app[RESOLVER] = resolver
     app.on_response_prepare.append(add_security_headers)
 
 

@@ -1,0 +1,167 @@
+"""Applications (tenants) and their credentials: API tokens, one-time portal
+codes and portal sessions.
+
+Every credential is 256 bits from `secrets`, shown once, and stored only as
+its SHA-256 digest: a stolen table signs nobody in, and a slow hash would buy
+nothing for a random string that long. A lookup finds the row by its digest
+(an index probe) and the digests are then compared with
+`hmac.compare_digest`, so no answer's timing depends on how much of a guess
+was right. The CLI, the admin API and web_security's checks call these;
+SQL stays in the catalog.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+import secrets
+from typing import Any
+from urllib.parse import urlsplit
+
+from . import catalog
+from .db import Conn
+from .errors import BadInput, NotFound
+from .inputs import check_number
+
+TOKEN_PREFIX = "dtk_"
+DEFAULT_APP = catalog.DEFAULT_APP
+_APP_ID = re.compile(r"[a-z0-9_-]{1,64}")
+MAX_TTL_S = 10 * 365 * 86_400.0
+DEFAULT_PORTAL_TTL_S = 3600.0
+PORTAL_SESSION_TTL_S = 12 * 3600.0
+
+
+def digest(credential: str) -> bytes:
+    return hashlib.sha256(credential.encode("utf-8", "surrogateescape")).digest()
+
+
+def _matches(offered: bytes, stored: bytes) -> bool:
+    return hmac.compare_digest(offered, stored)
+
+
+def check_app(value: Any, name: str = "app") -> str:
+    if not isinstance(value, str) or not _APP_ID.fullmatch(value):
+        raise BadInput(f"{name} must be 1-64 characters of a-z, 0-9, _ and -")
+    return value
+
+
+def _ttl(value: Any, name: str = "ttl_s") -> float:
+    return check_number(value, name, 1, MAX_TTL_S)
+
+
+# ---------------------------------------------------------------- applications
+
+
+async def add_application(conn: Conn, app: Any, name: Any = None) -> dict[str, Any]:
+    """`name` defaults to the id. An existing id: Conflict."""
+    app = check_app(app, "application id")
+    if name is None:
+        name = app
+    if not isinstance(name, str) or not 1 <= len(name.strip()) <= 200:
+        raise BadInput("name must be 1-200 characters")
+    row = await catalog.add_application(conn, app, name.strip())
+    return {"id": row["id"], "name": row["name"], "created_at": row["created_at"]}
+
+
+async def list_applications(conn: Conn, app: str | None = None) -> list[dict[str, Any]]:
+    """Each application with its live endpoints and queued deliveries."""
+    return await catalog.list_applications(conn, app)
+
+
+async def require_application(conn: Conn, app: Any) -> str:
+    await catalog.require_applications(conn, [check_app(app)])
+    return str(app)
+
+
+# ---------------------------------------------------------------- API tokens
+
+
+async def issue_token(conn: Conn, app: Any, ttl_s: Any = None) -> dict[str, Any]:
+    """A new token of `app`, shown only in this answer; without a ttl it
+    lives until revoked."""
+    app = check_app(app)
+    ttl = None if ttl_s is None else _ttl(ttl_s)
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    expires = await catalog.add_token(conn, app, digest(token), ttl)
+    return {"app": app, "token": token, "expires_at": expires}
+
+
+async def revoke_token(conn: Conn, token: Any) -> dict[str, Any]:
+    if not isinstance(token, str) or not token.startswith(TOKEN_PREFIX):
+        raise BadInput(f"a token starts with {TOKEN_PREFIX}")
+    app = await catalog.revoke_token(conn, digest(token))
+    if app is None:
+        raise NotFound("no such token")
+    return {"app": app, "revoked": True}
+
+
+async def token_application(conn: Conn, token: str) -> tuple[str, bool] | None:
+    """(application, live) of an offered token; None when unknown."""
+    offered = digest(token)
+    found = await catalog.token_application(conn, offered)
+    if found is None or not _matches(offered, found[1]):
+        return None
+    return found[0], found[2]
+
+
+# ---------------------------------------------------------------- the portal
+
+
+def _base_url(value: Any) -> str:
+    if not isinstance(value, str):
+        raise BadInput("base_url must be an http(s) URL")
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+        raise BadInput(
+            "base_url must be an http(s) URL without a query, like https://hooks.example.com"
+        )
+    return value.strip().rstrip("/")
+
+
+async def portal_link(conn: Conn, app: Any, base_url: Any, ttl_s: Any = None) -> dict[str, Any]:
+    """A sign-in link for `app`'s portal whose code works once, until it expires."""
+    app = check_app(app)
+    base = _base_url(base_url)
+    ttl = DEFAULT_PORTAL_TTL_S if ttl_s is None else _ttl(ttl_s)
+    code = secrets.token_urlsafe(32)
+    expires = await catalog.add_portal_code(conn, app, digest(code), ttl)
+    return {"url": f"{base}/portal/login?code={code}", "code": code, "expires_at": expires}
+
+
+async def redeem_code(conn: Conn, code: str) -> str | None:
+    """The code's application, marking the code used; None if it is unknown,
+    used or expired."""
+    offered = digest(code)
+    found = await catalog.use_portal_code(conn, offered)
+    if found is None or not _matches(offered, found[1]):
+        return None
+    return found[0]
+
+
+async def open_session(conn: Conn, app: str) -> str:
+    """A new portal session id (the cookie's value)."""
+    sid = secrets.token_urlsafe(32)
+    await catalog.add_portal_session(conn, app, digest(sid), PORTAL_SESSION_TTL_S)
+    await catalog.prune_portal(conn)
+    return sid
+
+
+async def session_application(conn: Conn, sid: str) -> str | None:
+    offered = digest(sid)
+    found = await catalog.portal_session_application(conn, offered)
+    if found is None or not _matches(offered, found[1]):
+        return None
+    return found[0]
+
+
+async def close_session(conn: Conn, sid: str) -> None:
+    await catalog.end_portal_session(conn, digest(sid))
+
+
+def csrf_for(sid: str) -> str:
+    """The CSRF token of a portal session, derived from its id: a page of
+    another origin can neither read the HttpOnly cookie nor compute this."""
+    mac = hashlib.sha256(b"dispatcher-portal-csrf:" + sid.encode("utf-8", "surrogateescape"))
+    return base64.urlsafe_b64encode(mac.digest()).decode().rstrip("=")
