@@ -79,6 +79,7 @@ class Endpoint(EndpointSettings):
     url: str
     secrets: tuple[str, ...]  # current first, then rotated-out ones still in grace
     enabled: bool = True
+    app: str = "default"  # its application: claims share capacity across these first
 
 
 @dataclass(slots=True)

@@ -131,6 +131,7 @@ SELECT e.id, e.url, e.secret, e.event_types, e.rate_per_s, e.burst, e.max_in_fli
        e.timeout_ms, e.max_attempts, e.retry_base_ms, e.retry_cap_ms,
        e.failure_threshold, e.cooldown_s, e.enabled, e.headers, e.method, e.body,
        e.success_body, e.filter, e.ordering, e.ordering_key, e.client_cert, e.client_key,
+       e.application_id,
        coalesce(
            (SELECT array_agg(s.secret ORDER BY s.expires_at DESC) FROM endpoint_secrets s
             WHERE s.endpoint_id = e.id AND s.expires_at > now()),

@@ -40,6 +40,7 @@ def endpoint_from_row(
         url=row["url"],
         secrets=tuple(unseal(box, s) for s in (row["secret"], *old_secrets)),
         enabled=row["enabled"],
+        app=row["application_id"],
         **settings,
     )
 

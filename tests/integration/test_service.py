@@ -12,7 +12,7 @@ from dispatcher.errors import BadInput, UnknownEndpoint
 from dispatcher.inputs import spec_from_fields
 from dispatcher.secretbox import SecretBox
 
-PUBLIC_KEYS = ["id", "name", "url", "description", "event_types", "rate_per_s", "burst",
+PUBLIC_KEYS = ["id", "app", "name", "url", "description", "event_types", "rate_per_s", "burst",
                "max_in_flight", "timeout_ms", "max_attempts", "retry_base_ms", "retry_cap_ms",
                "failure_threshold", "cooldown_s", "headers", "method", "body", "success_body",
                "filter", "ordering", "ordering_key", "client_cert", "client_key", "enabled",
