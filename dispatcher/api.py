@@ -17,16 +17,26 @@ async def enqueue(
     event_id: str | None = None,
     *,
     endpoint_id: int | None = None,
+    app: str | None = None,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
 ) -> list[int]:
     """Queue one event on the caller's connection; commits with the caller.
+
+    `app`: the application whose endpoints get it (None: `default`, or with
+    `endpoint_id`, that endpoint's); an unknown one raises BadInput.
 
     `payload` may be JSON text or bytes (sent exactly as given) or any value
     orjson encodes. Returns the delivery ids (the existing ones when the event
     id was already queued).
     """
     result = await service.enqueue(
-        conn, event_type, payload, event_id, endpoint_id, max_payload_bytes=max_payload_bytes
+        conn,
+        event_type,
+        payload,
+        event_id,
+        endpoint_id,
+        max_payload_bytes=max_payload_bytes,
+        app=app,
     )
     ids: list[int] = result["deliveries"]
     return ids

@@ -18,7 +18,8 @@ def _ok(schema: dict[str, Any], code: str = "200") -> dict[str, Any]:
     return {
         code: {"description": "OK", "content": {"application/json": {"schema": schema}}},
         "400": {"description": "Bad input", "content": {"application/json": {"schema": _ref("Error")}}},
-        "401": {"description": "Missing or wrong token"},
+        "401": {"description": "Missing or wrong token (an application token: expired or revoked)"},
+        "403": {"description": "Outside the application of the credential", "content": {"application/json": {"schema": _ref("Error")}}},
         "404": {"description": "Not found", "content": {"application/json": {"schema": _ref("Error")}}},
         "503": {"description": "Database unavailable"},
     }
@@ -34,6 +35,11 @@ _NUM = {"type": "number"}
 _INT = {"type": "integer"}
 _STR = {"type": "string"}
 _TS = {"type": "string", "format": "date-time", "nullable": True}
+_APP = {"type": "string", "pattern": "^[a-z0-9_-]{1,64}$",
+        "description": "an application id; an application's credential may name only its own"}
+_APP_QUERY = {"name": "app", "in": "query", "schema": _APP}
+_APP_PATH = {"name": "app", "in": "path", "required": True, "schema": _APP}
+_TTL = {"type": "number", "minimum": 1, "maximum": 315360000}
 
 _ENDPOINT_FIELDS: dict[str, Any] = {
     "name": {"type": "string", "minLength": 1, "maxLength": 100, "nullable": True,
@@ -71,16 +77,20 @@ OPENAPI: dict[str, Any] = {
     "openapi": "3.0.3",
     "info": {"title": "dispatcher admin API", "version": __version__},
     "components": {
-        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        "securitySchemes": {"bearer": {
+            "type": "http", "scheme": "bearer",
+            "description": "DISPATCHER_ADMIN_TOKEN (every route), or an application's dtk_ token "
+                           "(the endpoint, event, delivery and dead-letter routes, inside that "
+                           "application; every other route answers 403)"}},
         "schemas": {
             "Error": {"type": "object", "properties": {"error": _STR}, "required": ["error"]},
             "Endpoint": {
                 "type": "object",
-                "properties": {"id": _INT, "enabled": {"type": "boolean"}, **_ENDPOINT_FIELDS},
+                "properties": {"id": _INT, "app": _STR, "enabled": {"type": "boolean"}, **_ENDPOINT_FIELDS},
             },
             "EndpointCreate": {
                 "type": "object",
-                "properties": {**_ENDPOINT_FIELDS, "secret": _STR},
+                "properties": {**_ENDPOINT_FIELDS, "secret": _STR, "app": _APP},
                 "required": ["url"],
                 "additionalProperties": False,
             },
@@ -94,6 +104,7 @@ OPENAPI: dict[str, Any] = {
                     "payload": {},
                     "event_id": {"type": "string", "minLength": 1, "maxLength": 200},
                     "endpoint": {"type": "integer", "minimum": 1},
+                    "app": _APP,
                 },
                 "required": ["event_type", "payload"],
             },
@@ -114,6 +125,11 @@ OPENAPI: dict[str, Any] = {
                     "oldest_pending": _TS,
                     "avg_delivery_ms_last_hour": {"type": "number", "nullable": True},
                 },
+            },
+            "Application": {
+                "type": "object",
+                "properties": {"id": _STR, "name": _STR, "created_at": _TS,
+                               "endpoints": _INT, "queue_depth": _INT},
             },
             "Replay": {
                 "type": "object",
@@ -137,12 +153,15 @@ OPENAPI: dict[str, Any] = {
                              "responses": {"200": {"description": "text exposition"},
                                            "401": {"description": "token"}}}},
         "/v1/endpoints": {
-            "get": {"summary": "List endpoints", "responses": _ok({"type": "array", "items": _ref("Endpoint")})},
+            "get": {"summary": "List endpoints (of one application with ?app=)", "parameters": [_APP_QUERY],
+                    "responses": _ok({"type": "array", "items": _ref("Endpoint")})},
             "post": {"summary": "Create an endpoint (the response carries its secret)",
                      "requestBody": _body(_ref("EndpointCreate")),
                      "responses": _ok(_ref("Endpoint"), "201")},
         },
-        "/v1/endpoints/health": {"get": {"summary": "Breaker state and percentiles per endpoint",
+        "/v1/endpoints/health": {"get": {"summary": "Breaker state, percentiles, attempts and 2xx share "
+                                                    "over the last hour, per endpoint",
+                                         "parameters": [_APP_QUERY],
                                          "responses": _ok({"type": "array", "items": {"type": "object"}})}},
         "/v1/endpoints/{id}": {
             "parameters": [_ID],
@@ -170,6 +189,9 @@ OPENAPI: dict[str, Any] = {
             "summary": "New secret; the old one signs alongside it for grace_s",
             "requestBody": _body({"type": "object", "properties": {"grace_s": {"type": "number", "minimum": 0}}}, False),
             "responses": _ok(_ref("Endpoint"))}},
+        "/v1/endpoints/{id}/test": {"parameters": [_ID], "post": {
+            "summary": "Enqueue one dispatcher.test event to this endpoint only",
+            "responses": _ok(_ref("Enqueued"), "202")}},
         "/v1/endpoints/{id}/activity": {"parameters": [_ID], "get": {
             "summary": "One endpoint over the last minutes: p50/p95/p99, attempts and failures per "
                        "bucket (oldest first), its newest breaker transitions and failed attempts",
@@ -195,15 +217,23 @@ OPENAPI: dict[str, Any] = {
                                 "requestBody": _body(_ref("Event")),
                                 "responses": _ok(_ref("Enqueued"), "202")}},
         "/v1/deliveries": {"get": {
-            "summary": "Deliveries of one event, each with its attempts",
-            "parameters": [{"name": "event_id", "in": "query", "required": True,
-                            "schema": {"type": "string", "minLength": 1}}],
+            "summary": "Deliveries of one event, each with its attempts (?event_id=); without it, "
+                       "the newest deliveries, optionally of one status and one endpoint",
+            "parameters": [
+                {"name": "event_id", "in": "query", "schema": {"type": "string", "minLength": 1}},
+                {"name": "status", "in": "query", "schema": {
+                    "type": "string", "enum": ["pending", "in_flight", "delivered", "failed", "dead_letter"]}},
+                {"name": "endpoint_id", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 2**62}},
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+                _APP_QUERY,
+            ],
             "responses": _ok({"type": "array", "items": {"type": "object"}})}},
         "/v1/dead-letters": {"get": {
             "summary": "Dead letters, newest first",
             "parameters": [
                 {"name": "endpoint_id", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 2**62}},
                 {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+                _APP_QUERY,
             ],
             "responses": _ok({"type": "array", "items": {"type": "object"}})}},
         "/v1/dead-letters/analyze": {"get": {
@@ -221,6 +251,33 @@ OPENAPI: dict[str, Any] = {
             "parameters": [{"name": "minutes", "in": "query", "schema": {"type": "number", "minimum": 1, "maximum": 1440}}],
             "responses": _ok({"type": "object"})}},
         "/v1/alerts": {"get": {"summary": "The three alert conditions", "responses": _ok({"type": "object"})}},
+        "/v1/applications": {
+            "get": {"summary": "Applications with endpoint counts and queue depth (admin)",
+                    "responses": _ok({"type": "array", "items": _ref("Application")})},
+            "post": {"summary": "Create an application (admin; an existing id answers 409)",
+                     "requestBody": _body({"type": "object", "properties": {"id": _APP, "name": _STR},
+                                           "required": ["id"], "additionalProperties": False}),
+                     "responses": {**_ok(_ref("Application"), "201"),
+                                   "409": {"description": "Exists", "content": {"application/json": {"schema": _ref("Error")}}}}},
+        },
+        "/v1/applications/{app}/tokens": {"parameters": [_APP_PATH], "post": {
+            "summary": "A new API token of the application, shown only in this answer (admin)",
+            "requestBody": _body({"type": "object", "properties": {"ttl_s": _TTL}, "additionalProperties": False}, False),
+            "responses": _ok({"type": "object", "properties": {
+                "app": _STR, "token": _STR, "expires_at": _TS}}, "201")}},
+        "/v1/applications/{app}/portal-links": {"parameters": [_APP_PATH], "post": {
+            "summary": "A one-time sign-in link to the application's portal (admin); base_url "
+                       "defaults to this server's address as the caller reached it",
+            "requestBody": _body({"type": "object", "properties": {
+                "base_url": {"type": "string", "format": "uri"}, "ttl_s": _TTL},
+                "additionalProperties": False}, False),
+            "responses": _ok({"type": "object", "properties": {
+                "url": _STR, "code": _STR, "expires_at": _TS}}, "201")}},
+        "/portal/login": {"get": {
+            "summary": "Exchange a one-time code for a portal session cookie; 303 to /portal",
+            "security": [],
+            "parameters": [{"name": "code", "in": "query", "required": True, "schema": _STR}],
+            "responses": {"303": {"description": "signed in"}, "401": {"description": "code unknown, used or expired"}}}},
         "/v1/openapi.json": {"get": {"summary": "This document", "responses": _ok({"type": "object"})}},
         "/openapi.json": {"get": {"summary": "This document (also at /v1/openapi.json)", "responses": _ok({"type": "object"})}},
     },

@@ -54,6 +54,7 @@ function tiles(h) {
 function endpointRow(e) {
   return `<tr data-endpoint="${e.endpoint_id}">
     <td>${endpointLink(e.endpoint_id)}<div class="dim url">${esc(e.url)}</div></td>
+    <td>${esc(e.app)}</td>
     <td>${breakerPill(e.state)}</td>
     <td>${num(e.consecutive_failures)} of ${num(e.failure_threshold)}</td>
     <td>${ms(e.p50_ms)}</td><td>${ms(e.p95_ms)}</td><td>${ms(e.p99_ms)}</td>
@@ -62,7 +63,7 @@ function endpointRow(e) {
 }
 
 function dlqRow(d) {
-  return `<tr><td>${endpointLink(d.endpoint_id)}</td>
+  return `<tr><td>${endpointLink(d.endpoint_id)}</td><td>${esc(d.app || "")}</td>
     <td><a href="#/dead-letters?endpoint=${d.endpoint_id}">${num(d.dead)}</a></td>
     <td class="wrap">${esc(result(d.primary_status_code, d.primary_error))}</td>
     <td>${esc(d.pattern)}</td><td class="wrap">${esc(d.suggested_action)}</td></tr>`;
@@ -86,10 +87,10 @@ export function render(root) {
       { values: pts.map(p => perS(p.delivered)), cls: "s-ok" },
     ], { bucketS: tl.bucket_s });
     root.querySelector("#endpoints").innerHTML = table(
-      ["endpoint", "breaker", "failures in a row", "p50", "p95", "p99", "samples", "state"],
+      ["endpoint", "application", "breaker", "failures in a row", "p50", "p95", "p99", "samples", "state"],
       eps.map(endpointRow), "no endpoints yet: dispatcher endpoint add --url … --name …");
     root.querySelector("#dlq").innerHTML = table(
-      ["endpoint", "dead", "most common result", "pattern", "suggested action"], dlq.map(dlqRow), "no dead letters");
+      ["endpoint", "application", "dead", "most common result", "pattern", "suggested action"], dlq.map(dlqRow), "no dead letters");
   }
   return { refresh, every: 2000 };
 }
