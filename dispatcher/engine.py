@@ -290,7 +290,7 @@ class Engine:
             gate = self._gates[eid]
             n = gate.budget(now)
             if n > 0:
-                wants.append(planner.Want(eid, n, gate.lease_s(margin)))
+                wants.append(planner.Want(eid, n, gate.lease_s(margin), gate.endpoint.app))
         return wants
 
     async def _claim(self) -> tuple[int, bool]:
