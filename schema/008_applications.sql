@@ -147,17 +147,24 @@ BEGIN
 END $$;
 
 -- The outbox call of one application's producers: `default`, or with an
--- endpoint given by id, that endpoint's application.
+-- endpoint given by id, that endpoint's application. plpgsql rather than a
+-- SQL wrapper: its plan is cached per session, where a SQL function that
+-- cannot be inlined is planned again by every call (a quarter of a
+-- producer's transaction rate, measured with pgbench).
 CREATE OR REPLACE FUNCTION dispatcher_enqueue(
     p_event_type text,
     p_payload json,
     p_event_id text DEFAULT NULL,
     p_endpoint_id bigint DEFAULT NULL
 ) RETURNS bigint[]
-LANGUAGE sql AS $$
-    SELECT dispatcher_enqueue_app(
-        CASE WHEN p_endpoint_id IS NULL THEN 'default'
-             ELSE coalesce((SELECT application_id FROM endpoints
-                            WHERE id = p_endpoint_id AND deleted_at IS NULL), 'default') END,
-        p_event_type, p_payload, p_event_id, p_endpoint_id)
-$$;
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_app text;
+BEGIN
+    IF p_endpoint_id IS NOT NULL THEN
+        SELECT application_id INTO v_app FROM endpoints
+        WHERE id = p_endpoint_id AND deleted_at IS NULL;
+    END IF;
+    RETURN dispatcher_enqueue_app(coalesce(v_app, 'default'), p_event_type, p_payload,
+                                  p_event_id, p_endpoint_id);
+END $$;
