@@ -257,17 +257,23 @@ WHERE status IN ('pending', 'failed', 'in_flight');
 
 -- name: refresh_percentiles
 -- Per endpoint, exact percentiles over the window, each an index range scan
--- of (endpoint_id, measured_at).
+-- of (endpoint_id, measured_at); the last hour's attempts and 2xx answers
+-- (within the window) come from the same scan.
 UPDATE endpoint_health h
-SET p50_ms = s.p50, p95_ms = s.p95, p99_ms = s.p99, sample_count = s.n
+SET p50_ms = s.p50, p95_ms = s.p95, p99_ms = s.p99, sample_count = s.n,
+    attempts_last_hour = s.hour_n, successes_last_hour = s.hour_ok
 FROM (
-    SELECT h2.endpoint_id, l.p50, l.p95, l.p99, l.n
+    SELECT h2.endpoint_id, l.p50, l.p95, l.p99, l.n, l.hour_n, l.hour_ok
     FROM endpoint_health h2
     CROSS JOIN LATERAL (
         SELECT percentile_cont(0.50) WITHIN GROUP (ORDER BY response_ms) AS p50,
                percentile_cont(0.95) WITHIN GROUP (ORDER BY response_ms) AS p95,
                percentile_cont(0.99) WITHIN GROUP (ORDER BY response_ms) AS p99,
-               count(*)::int AS n
+               count(*)::int AS n,
+               (count(*) FILTER (WHERE el.measured_at > now() - interval '1 hour'))::int
+                   AS hour_n,
+               (count(*) FILTER (WHERE el.measured_at > now() - interval '1 hour'
+                                   AND el.status_code BETWEEN 200 AND 299))::int AS hour_ok
         FROM endpoint_latency el
         WHERE el.endpoint_id = h2.endpoint_id
           AND el.measured_at > now() - make_interval(secs => $1)
@@ -283,21 +289,15 @@ WHERE ctid = ANY (ARRAY(
     LIMIT $2));
 
 -- name: endpoint_health_report
--- With each endpoint's last hour of attempts (an index range scan of its
--- latency samples): how many, and the share answered 2xx.
+-- The last hour's attempts and 2xx share as of the last percentile refresh
+-- (a dashboard polls this: it must not count an hour of samples each time).
 SELECT e.id AS endpoint_id, e.application_id AS app, e.name, e.url, e.enabled, h.state,
        h.consecutive_failures, h.failure_threshold, h.opened_at, h.cooldown_seconds,
        h.p50_ms, h.p95_ms, h.p99_ms, h.sample_count, h.last_failure_at, h.last_success_at,
-       e.max_in_flight, e.rate_per_s, e.burst,
-       r.attempts AS attempts_last_hour, r.success_rate AS success_rate_last_hour
+       e.max_in_flight, e.rate_per_s, e.burst, h.attempts_last_hour,
+       round(h.successes_last_hour::numeric / nullif(h.attempts_last_hour, 0), 4)::float8
+           AS success_rate_last_hour
 FROM endpoints e JOIN endpoint_health h ON h.endpoint_id = e.id
-CROSS JOIN LATERAL (
-    SELECT count(*) AS attempts,
-           round(((count(*) FILTER (WHERE l.status_code BETWEEN 200 AND 299))::numeric
-                  / nullif(count(*), 0)), 4)::float8 AS success_rate
-    FROM endpoint_latency l
-    WHERE l.endpoint_id = e.id AND l.measured_at > now() - interval '1 hour'
-) r
 WHERE e.deleted_at IS NULL AND ($1::text IS NULL OR e.application_id = $1)
 ORDER BY e.id;
 

@@ -21,6 +21,13 @@ ALTER TABLE endpoints
 
 CREATE INDEX endpoints_application_idx ON endpoints (application_id, id);
 
+-- What a customer's portal shows per endpoint beside p95: the last hour's
+-- attempts and 2xx answers, stored by the percentile refresh (which scans
+-- the window anyway) so that a polling page reads, not counts.
+ALTER TABLE endpoint_health
+    ADD COLUMN attempts_last_hour integer NOT NULL DEFAULT 0,
+    ADD COLUMN successes_last_hour integer NOT NULL DEFAULT 0;
+
 -- Credentials are kept only as SHA-256 digests of high-entropy random
 -- strings (256 bits): what is stored cannot be used to sign in.
 CREATE TABLE application_tokens (
