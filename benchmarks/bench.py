@@ -78,6 +78,7 @@ class EndpointDef:
     rate_per_s: float | None = None
     timeout_ms: int | None = None
     settings: dict[str, Any] = field(default_factory=dict)  # any other EndpointSpec fields
+    app: str | None = None  # its application (None: the default one)
     id: int = 0
     secret: str = ""
 
@@ -153,7 +154,8 @@ class Bench:
             self.db_created = False
 
     async def add_endpoints(self, defs: Sequence[EndpointDef]) -> None:
-        created = await add_endpoints(self.bench_url, self.env, [d.spec() for d in defs])
+        specs = [d.spec() for d in defs]
+        created = await add_endpoints(self.bench_url, self.env, specs, [d.app for d in defs])
         for d, (endpoint_id, secret) in zip(defs, created, strict=True):
             d.id, d.secret = endpoint_id, secret
 

@@ -8,13 +8,14 @@ only one importing the dispatcher's service, inputs and settings.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from dispatcher import service
+from dispatcher import service, tenancy
 from dispatcher.inputs import spec_from_fields
 from dispatcher.settings import Settings
 
@@ -45,6 +46,7 @@ SELECT count(*) AS rows,
            FILTER (WHERE status = 'delivered') AS lag_p99_ms,
        max(extract(epoch FROM delivered_at - created_at) * 1000)
            FILTER (WHERE status = 'delivered') AS lag_max_ms,
+       extract(epoch FROM min(delivered_at)) AS first_delivered_ts,
        extract(epoch FROM max(delivered_at)) AS last_delivered_ts,
        count(*) FILTER (WHERE status = 'delivered' AND attempt_count <> 1) AS multi_attempt
 FROM webhook_queue
@@ -109,18 +111,26 @@ async def db_counters(admin_url: str, name: str) -> dict[str, int] | None:
 
 
 async def add_endpoints(
-    url: str, env: Mapping[str, str], specs: Sequence[Mapping[str, Any]]
+    url: str,
+    env: Mapping[str, str],
+    specs: Sequence[Mapping[str, Any]],
+    apps: Sequence[str | None] = (),
 ) -> list[tuple[int, str]]:
     """Creates endpoints in-process (1,000 `endpoint add` processes would take
     minutes) with the operation `dispatcher endpoint add` runs, in one
-    transaction. Each spec holds endpoint fields; returns (id, secret) each."""
+    transaction. Each spec holds endpoint fields, each app its application
+    (created here the first time; None or none given: the default one);
+    returns (id, secret) each."""
     box = Settings.from_env(dict(env)).secret_box()
     out = []
+    apps = list(apps) or [None] * len(specs)
     conn = await asyncpg.connect(url, timeout=10)
     try:
         async with conn.transaction():
-            for fields in specs:
-                doc = await service.add_endpoint(conn, spec_from_fields(fields), box=box)
+            for new in dict.fromkeys(a for a in apps if a is not None):
+                await tenancy.add_application(conn, new)
+            for fields, app in zip(specs, apps, strict=True):
+                doc = await service.add_endpoint(conn, spec_from_fields(fields), box=box, app=app)
                 out.append((int(doc["id"]), str(doc["secret"])))
     finally:
         await conn.close()
@@ -139,7 +149,7 @@ async def db_results(url: str, endpoint_ids: list[int] | None = None) -> dict[st
         await conn.close()
     assert row is not None and http is not None
     out: dict[str, Any] = {k: (float(v) if isinstance(v, float) else v) for k, v in row.items()}
-    for k in ("lag_p50_ms", "lag_p99_ms", "lag_max_ms", "last_delivered_ts"):
+    for k in ("lag_p50_ms", "lag_p99_ms", "lag_max_ms", "first_delivered_ts", "last_delivered_ts"):
         out[k] = None if row[k] is None else float(row[k])
     for q in ("p50", "p99"):
         out[f"http_{q}_ms"] = None if http[q] is None else float(http[q])
@@ -149,6 +159,29 @@ async def db_results(url: str, endpoint_ids: list[int] | None = None) -> dict[st
         by_ep.setdefault(int(r["endpoint_id"]), {})[r["status"]] = int(r["n"])
     out["by_endpoint"] = by_ep
     return out
+
+
+BULK_SQL = """
+INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload)
+SELECT e.ids[1 + n % cardinality(e.ids)], $2 || n, $3, $4::json
+FROM (SELECT $1::bigint[] AS ids) e, generate_series(0, $5 - 1) AS n
+"""
+
+
+async def bulk_queue(
+    url: str, endpoint_ids: list[int], events: int, *, prefix: str, event_type: str, payload: str
+) -> float:
+    """`events` pending rows spread over the endpoints in turn, written by
+    one INSERT ... SELECT (a backlog as fast as the database takes it, not
+    the producers' path), then analyzed; returns the seconds it took."""
+    conn = await asyncpg.connect(url, timeout=10)
+    try:
+        t0 = time.perf_counter()
+        await conn.execute(BULK_SQL, endpoint_ids, prefix, event_type, payload, events)
+        await conn.execute("ANALYZE webhook_queue")
+        return time.perf_counter() - t0
+    finally:
+        await conn.close()
 
 
 def status_totals(by_ep: dict[int, dict[str, int]]) -> dict[str, int]:

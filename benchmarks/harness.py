@@ -2,8 +2,8 @@
 or `python -m benchmarks …`.
 
 Scenarios (benchmarks/scenarios/, one module each): fast (the default),
-slow200, many, noisy, two, wake, faults, internet, and `all`, which runs
-each in turn. They stand on shared modules, lowest first:
+slow200, many, noisy, two, wake, faults, internet, fifo, filters, https,
+tenants, and `all`, which runs each in turn. They stand on shared modules, lowest first:
 
     errors, output, payloads      values, formatting, what is sent
     processes, rawclient          child processes; the raw aiohttp ceiling
@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--producers", type=int, default=None, help="producers: connections (16)")
     p.add_argument("--keys", type=int, default=None, help="fifo: ordering keys (1000)")
     p.add_argument("--rounds", type=int, default=None, help="https: rounds per protocol (2)")
+    p.add_argument("--rate", type=int, default=None, help="tenants: b's events/s (20)")
     p.add_argument("--batch-size", type=int, default=None, help="run --batch-size (default)")
     p.add_argument("--raw-requests", type=int, default=None, help="min(events, 50000)")
     p.add_argument("--raw-passes", type=int, default=None, help="raw ceiling passes (3)")
@@ -102,6 +103,7 @@ def parse_options(argv: list[str]) -> Options:
         ("--producers", "producers", 1),
         ("--keys", "keys", 1),
         ("--rounds", "rounds", 1),
+        ("--rate", "rate", 1),
         ("--batch-size", "batch_size", 1),
     ):
         if given.get(key, lo) < lo:
@@ -112,6 +114,7 @@ def parse_options(argv: list[str]) -> Options:
         ("--samples", "samples", 100_000),
         ("--producers", "producers", 90),
         ("--rounds", "rounds", 20),
+        ("--rate", "rate", 1000),
     ):
         if given.get(key, 0) > hi:
             raise UsageError(f"{name} must be at most {hi:,}")

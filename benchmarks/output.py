@@ -68,11 +68,12 @@ def render(report: dict[str, Any]) -> str:
     if report.get("error"):
         return f"dispatcher bench: scenario {report['scenario']}: ERROR {report['error']}"
     rows = report["table"]
-    width = max(len(k) for k, _ in rows)
+    # Two columns (name, value) or more (name, then one per phase).
+    widths = [max(len(r[i]) for r in rows if i < len(r)) for i in range(max(map(len, rows)))]
     head = f"dispatcher bench: scenario {report['scenario']}, {report.get('title', '')}"
     head = head.rstrip(", ")
     lines = [head, "-" * len(head)]
-    lines += [f"{k.ljust(width)}  {v}" for k, v in rows]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows]
     lines.append("")
     lines += report["verdicts"]
     if report["problems"]:

@@ -21,6 +21,7 @@ import asyncpg
 from .output import pct
 
 ENQUEUE_SQL = "SELECT dispatcher_enqueue($1, $2::json, $3)"
+ENQUEUE_APP_SQL = "SELECT dispatcher_enqueue_app($1, $2, $3::json, $4)"
 PLAIN_TABLE = "bench_plain_queue"
 PLAIN_SQL = (
     f"INSERT INTO {PLAIN_TABLE} (endpoint_id, event_id, event_type, payload, max_attempts)"
@@ -82,11 +83,15 @@ async def paced(
     args: Args,
     stop: asyncio.Event | None = None,
     done: list[int] | None = None,
+    *,
+    sql: str = ENQUEUE_SQL,
+    commits: dict[tuple[int, int], float] | None = None,
 ) -> int:
     """A steady offered load: each producer commits on its own schedule
     (rate / n per second), catching up if it falls behind, never bursting
     ahead. Returns the transactions committed; `done` (one count per
-    producer) follows them as they commit."""
+    producer) follows them as they commit, `commits` the time.time() each
+    COMMIT returned, by (producer, k)."""
     n = len(conns)
     gap = n / rate_per_s
     done = [0] * n if done is None else done
@@ -101,7 +106,9 @@ async def paced(
             if delay > 0:
                 await asyncio.sleep(delay)
             async with c.transaction():
-                await c.fetchval(ENQUEUE_SQL, *args(i, k))
+                await c.fetchval(sql, *args(i, k))
+            if commits is not None:
+                commits[i, k] = time.time()
             k += 1
             done[i] = k
             due += gap

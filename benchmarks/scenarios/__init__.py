@@ -15,6 +15,7 @@ from .many import run_many
 from .noisy import run_noisy
 from .producers import run_producers
 from .slow200 import run_slow200
+from .tenants import run_tenants
 from .two import run_two
 from .wake import run_wake
 
@@ -31,6 +32,7 @@ RUNNERS: dict[str, Runner] = {
     "fifo": run_fifo,
     "filters": run_filters,
     "https": run_https,
+    "tenants": run_tenants,
 }
 
 __all__ = ["RUNNERS"]
