@@ -83,17 +83,21 @@ def _int(value: str, name: str) -> int:
 
 
 def _scope(request: web.Request, named: Any = None) -> str | None:
-    """The application a call acts in. An application's credential: its own
-    (naming another is 403). The admin: the one named, None for all (or,
+    """The application a call acts in, from `named` (a body's "app") or
+    `?app=`. An application's credential: its own (naming another, in a
+    body or the query, is 403). The admin: the one named, None for all (or,
     where something is created, the default)."""
+    query = request.query.get("app")
     if named is not None and not isinstance(named, str):
         raise BadInput("app must be an application id")
     own: str | None = request.get(web_security.APP)
-    if own is None:
-        return named
-    if named is not None and named != own:
-        raise Forbidden("this credential acts only inside its own application")
-    return own
+    if own is not None:
+        if any(n is not None and n != own for n in (named, query)):
+            raise Forbidden("this credential acts only inside its own application")
+        return own
+    if named is not None and query is not None and named != query:
+        raise BadInput("app is given twice, differently")
+    return named if named is not None else query
 
 
 def _refresh_due(request: web.Request) -> bool:
@@ -157,7 +161,7 @@ def _id(request: web.Request) -> int:
 
 
 async def endpoints_list(request: web.Request) -> web.Response:
-    app = _scope(request, request.query.get("app"))
+    app = _scope(request)
     async with _conn(request) as conn:
         return _json(await service.list_endpoints(conn, app))
 
@@ -187,6 +191,7 @@ async def endpoint_get(request: web.Request) -> web.Response:
 async def endpoint_update(request: web.Request) -> web.Response:
     eid = _id(request)
     patch = await _body(request)
+    _scope(request, patch.get("app"))  # naming another application: 403
     settings = request.app[SETTINGS]
     async with _conn(request) as conn:
         doc = await service.update_endpoint(
@@ -206,7 +211,7 @@ _FLAGS = {"true": True, "1": True, "false": False, "0": False}
 async def endpoint_delete(request: web.Request) -> web.Response:
     """`?force=true` or a body `{"force": true}`: either one forces."""
     eid = _id(request)
-    body = await _body(request, ("force",))
+    body = await _body(request, ("force", "app"))
     query = request.query.get("force")
     if query is not None and query.lower() not in _FLAGS:
         raise BadInput("force must be true or false")
@@ -215,7 +220,8 @@ async def endpoint_delete(request: web.Request) -> web.Response:
         raise BadInput("force must be true or false")
     force = force or (query is not None and _FLAGS[query.lower()])
     async with _conn(request) as conn:
-        return _json(await service.delete_endpoint(conn, eid, force, _scope(request)))
+        doc = await service.delete_endpoint(conn, eid, force, _scope(request, body.get("app")))
+    return _json(doc)
 
 
 def _toggle(enabled: bool) -> Handler:
@@ -228,23 +234,24 @@ def _toggle(enabled: bool) -> Handler:
 
 async def endpoint_rotate(request: web.Request) -> web.Response:
     eid = _id(request)
-    body = await _body(request, ("grace_s",))
+    body = await _body(request, ("grace_s", "app"))
+    app = _scope(request, body.get("app"))
     box = request.app[SETTINGS].secret_box()
     async with _conn(request) as conn:
-        doc = await service.rotate_secret(conn, eid, body.get("grace_s"), box, _scope(request))
+        doc = await service.rotate_secret(conn, eid, body.get("grace_s"), box, app)
     return _json(doc)
 
 
 async def endpoint_test(request: web.Request) -> web.Response:
     eid = _id(request)
-    await _body(request, ())
+    app = _scope(request, (await _body(request, ("app",))).get("app"))
     async with _conn(request) as conn:
-        return _json(await service.send_test_event(conn, eid, _scope(request)), 202)
+        return _json(await service.send_test_event(conn, eid, app), 202)
 
 
 async def endpoints_health(request: web.Request) -> web.Response:
     window_s = request.app[SETTINGS].latency_window_s
-    app = _scope(request, request.query.get("app"))
+    app = _scope(request)
     async with _conn(request) as conn:
         rows = await reports.endpoint_health(conn, window_s, refresh=_refresh_due(request), app=app)
     return _json(rows)
@@ -265,7 +272,7 @@ async def events_create(request: web.Request) -> web.Response:
 async def deliveries(request: web.Request) -> web.Response:
     """One event's deliveries with their attempts (`?event_id=`), or
     without it the newest deliveries (`?status=`, `?endpoint_id=`, `?limit=`)."""
-    app = _scope(request, request.query.get("app"))
+    app = _scope(request)
     event_id = request.query.get("event_id")
     async with _conn(request) as conn:
         if event_id is not None:
@@ -302,7 +309,7 @@ def _query_number(request: web.Request, name: str) -> float | None:
 async def dead_letters(request: web.Request) -> web.Response:
     endpoint = _query_int(request, "endpoint_id")
     limit = _query_int(request, "limit")
-    app = _scope(request, request.query.get("app"))
+    app = _scope(request)
     async with _conn(request) as conn:
         return _json(await reports.dead_letters(conn, endpoint, limit, app))
 
@@ -314,9 +321,10 @@ async def dead_letters_analyze(request: web.Request) -> web.Response:
 
 
 async def dead_letters_replay(request: web.Request) -> web.Response:
-    body = await _body(request, ("ids", "endpoint_id", "endpoint", "since", "until"))
+    body = await _body(request, ("ids", "endpoint_id", "endpoint", "since", "until", "app"))
     if "endpoint" in body and "endpoint_id" in body:
         raise BadInput("give endpoint or endpoint_id, not both")
+    app = _scope(request, body.get("app"))
     async with _conn(request) as conn:
         done = await service.replay(
             conn,
@@ -324,7 +332,7 @@ async def dead_letters_replay(request: web.Request) -> web.Response:
             endpoint_id=body.get("endpoint_id", body.get("endpoint")),
             since=body.get("since"),
             until=body.get("until"),
-            app=_scope(request),
+            app=app,
         )
     return _json({"requeued": done.requeued})
 

@@ -155,11 +155,13 @@ async def update_endpoint(
         raise BadInput("use rotate-secret to change a secret")
     if "enabled" in patch:
         raise BadInput("use the disable / enable routes")
-    if "app" in patch:
-        raise BadInput("an endpoint stays in its application")
     await catalog.check_owner(conn, endpoint_id, app)
     async with conn.transaction():
         current = await catalog.get_endpoint(conn, endpoint_id, lock=True)
+        # "app" may name the endpoint's own application, and nothing else.
+        if patch.get("app", current.application_id) != current.application_id:
+            raise BadInput("an endpoint stays in its application")
+        patch = {k: v for k, v in patch.items() if k != "app"}
         # The stored headers may be sealed: they are carried over, not re-validated.
         base = EndpointSpec(
             url=current.url,
