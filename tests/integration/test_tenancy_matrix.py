@@ -535,3 +535,39 @@ async def portal_login_with(w: World, url: str) -> str:
     async with w.http.get(url, allow_redirects=False) as r:
         assert r.status == 303
         return r.cookies[PORTAL_COOKIE].value
+
+
+@MODULE_LOOP
+async def test_a_cookie_state_change_from_another_origin_is_refused(world: World) -> None:
+    headers = world.headers("csrf")
+    for origin, expected in (("http://evil.example", 403), (world.base, 200)):
+        status, text = await world.call(
+            "POST", "/v1/dead-letters/replay", {"ids": [MISSING]}, headers | {"Origin": origin}
+        )
+        assert status == expected, text
+
+
+@MODULE_LOOP
+async def test_signing_out_of_the_portal_ends_the_session(world: World) -> None:
+    sid = await portal_login(world, ACME)
+    cookie = {"Cookie": f"{PORTAL_COOKIE}={sid}"}
+    assert (await world.call("POST", "/portal/logout", headers=cookie))[0] == 403  # no CSRF
+    status, _ = await world.call(
+        "POST", "/portal/logout", headers=cookie | {CSRF_HEADER: tenancy.csrf_for(sid)}
+    )
+    assert status == 303
+    assert (await world.call("GET", "/v1/endpoints", headers=cookie))[0] == 401
+    # Another session of the same application is not touched.
+    assert (await world.call("GET", "/v1/endpoints", headers=world.headers("cookie")))[0] == 200
+
+
+@MODULE_LOOP
+async def test_a_portal_code_redeemed_at_once_by_many_signs_in_one(world: World) -> None:
+    link = await world.admin("POST", f"/v1/applications/{ACME}/portal-links", {})
+
+    async def attempt() -> int:
+        async with world.http.get(link["url"], allow_redirects=False) as r:
+            return r.status
+
+    statuses = sorted(await asyncio.gather(*(attempt() for _ in range(8))))
+    assert statuses == [303] + [401] * 7
