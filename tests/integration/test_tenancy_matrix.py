@@ -279,16 +279,18 @@ def fill(template: Any, subs: Mapping[str, Any]) -> Any:
     return template
 
 
-def request_of(key: str, column: str, subs: Mapping[str, Any]) -> tuple[str, str, Any]:
-    """(method, path, body) of a matrix cell."""
+def request_of(
+    key: str, column: str, subs: Mapping[str, Any], named: str = GLOBEX
+) -> tuple[str, str, Any]:
+    """(method, path, body) of a matrix cell; "names" names `named`."""
     method, path = key.split()[:2]
     body = fill(BODIES.get(key), subs)
     path = fill(path, subs)
     if column == "names":
         if body is not None:
-            body = {**body, "app": GLOBEX}
+            body = {**body, "app": named}
         else:
-            path += ("&" if "?" in path else "?") + f"app={GLOBEX}"
+            path += ("&" if "?" in path else "?") + f"app={named}"
     return method, path, body
 
 
@@ -336,6 +338,10 @@ async def test_matrix(
         status2, text2 = await world.call(method, path2, body2, world.headers(column))
         assert status2 == 404
         assert message(text, theirs["ep"]) == message(text2, MISSING)
+    if column == "names":
+        # Naming an application that does not exist answers the same: no probing.
+        _, path2, body2 = request_of(key, column, subs, named="no-such-app")
+        assert await world.call(method, path2, body2, world.headers(column)) == (status, text)
 
 
 # ---------------------------------------------------------------- what the matrix does not show
