@@ -328,6 +328,8 @@ async def test_matrix(
     if status >= 400:
         assert await conn.fetchrow(EVERYTHING) == everything_before, "a refused call changed rows"
         assert "error" in orjson.loads(text)
+    if column in ("expired", "revoked"):
+        assert message(text) == "application token expired or revoked"
     if column != "admin":
         for trace in (GLOBEX, theirs["secret"], world.globex_token):
             assert trace not in text, f"{trace} leaked into {text[:300]}"
@@ -577,3 +579,17 @@ async def test_a_portal_code_redeemed_at_once_by_many_signs_in_one(world: World)
 
     statuses = sorted(await asyncio.gather(*(attempt() for _ in range(8))))
     assert statuses == [303] + [401] * 7
+
+
+@MODULE_LOOP
+async def test_an_endpoint_stays_in_its_application(world: World, conn: asyncpg.Connection) -> None:
+    mine = await objects(conn, ACME)
+    path = f"/v1/endpoints/{mine['ep']}"
+    status, text = await world.call("PATCH", path, {"app": GLOBEX}, world.headers("admin"))
+    assert (status, message(text)) == (400, "an endpoint stays in its application")
+    # Its own application named again is no change, for the admin and for acme.
+    for column in ("admin", "own"):
+        status, text = await world.call("PATCH", path, {"app": ACME}, world.headers(column))
+        assert status == 200 and orjson.loads(text)["app"] == ACME
+    owner = "SELECT application_id FROM endpoints WHERE id = $1"
+    assert await conn.fetchval(owner, mine["ep"]) == ACME
