@@ -100,6 +100,10 @@ class Page:
                 raise BrowserError(f"timed out waiting for {predicate!r}; page: {text[:1500]}")
             await asyncio.sleep(0.1)
 
+    async def present(self, selector: str, timeout: float = WAIT_S) -> None:
+        """Waits until an element matching `selector` is in the page."""
+        await self.wait(f"document.querySelector({json.dumps(selector)}) !== null", timeout)
+
     async def text(self, selector: str) -> str:
         value = await self.eval(
             f"(document.querySelector({json.dumps(selector)}) || {{}}).innerText || ''"
@@ -132,6 +136,40 @@ class Page:
     async def type(self, selector: str, text: str) -> None:
         await self.click(selector)
         await self.send("Input.insertText", text=text)
+
+    async def choose(self, selector: str, value: str) -> None:
+        """Picks an option of a <select> as a person's choice would: the
+        value changes and the page hears `change` (a native popup cannot be
+        clicked through the protocol)."""
+        sel, val = json.dumps(selector), json.dumps(value)
+        await self.wait(f"document.querySelector({sel}) && !document.querySelector({sel}).disabled")
+        ok = await self.eval(
+            f"""(() => {{
+                const el = document.querySelector({sel});
+                if (![...el.options].some(o => o.value === {val})) return false;
+                el.focus();
+                el.value = {val};
+                el.dispatchEvent(new Event("change", {{bubbles: true}}));
+                return true;
+            }})()"""
+        )
+        if not ok:
+            raise BrowserError(f"{selector} has no option {value!r}")
+
+    async def overflowing(self) -> list[str]:
+        """What sticks out of the window sideways (the page scrolls, or a
+        part of it is cut off): the first few elements, or nothing."""
+        found = await self.eval(
+            """(() => {
+                const out = [...document.body.querySelectorAll("*")].filter(el => {
+                    const r = el.getBoundingClientRect();
+                    return r.width > 0 && (r.right > innerWidth + 0.5 || r.left < -0.5);
+                }).slice(0, 3).map(el => `${el.tagName.toLowerCase()}#${el.id}.${el.className}`);
+                if (document.documentElement.scrollWidth > innerWidth) out.unshift("document");
+                return out;
+            })()"""
+        )
+        return list(found)
 
     async def resize(self, width: int, height: int) -> None:
         await self.send(
