@@ -138,6 +138,7 @@ OPENAPI: dict[str, Any] = {
                     "endpoint_id": {"type": "integer", "minimum": 1},
                     "since": {"type": "string", "format": "date-time"},
                     "until": {"type": "string", "format": "date-time"},
+                    "app": _APP,
                 },
             },
         },
@@ -164,7 +165,7 @@ OPENAPI: dict[str, Any] = {
                                          "parameters": [_APP_QUERY],
                                          "responses": _ok({"type": "array", "items": {"type": "object"}})}},
         "/v1/endpoints/{id}": {
-            "parameters": [_ID],
+            "parameters": [_ID, _APP_QUERY],
             "get": {"summary": "One endpoint", "responses": _ok(_ref("Endpoint"))},
             "patch": {"summary": "Update settings", "requestBody": _body(_ref("EndpointUpdate")),
                       "responses": _ok(_ref("Endpoint"))},
@@ -173,7 +174,7 @@ OPENAPI: dict[str, Any] = {
                            "Refused with 409 while it has pending, failed or in-flight deliveries, unless "
                            "force (query or body), which first dead-letters them ('endpoint deleted')",
                 "parameters": [{"name": "force", "in": "query", "schema": {"type": "boolean"}}],
-                "requestBody": _body({"type": "object", "properties": {"force": {"type": "boolean"}},
+                "requestBody": _body({"type": "object", "properties": {"force": {"type": "boolean"}, "app": _APP},
                                       "additionalProperties": False}, False),
                 "responses": {
                     **_ok(_ref("Deleted")),
@@ -181,16 +182,17 @@ OPENAPI: dict[str, Any] = {
                 },
             },
         },
-        "/v1/endpoints/{id}/disable": {"parameters": [_ID], "post": {
+        "/v1/endpoints/{id}/disable": {"parameters": [_ID, _APP_QUERY], "post": {
             "summary": "Stop deliveries (nothing queued is lost)", "responses": _ok(_ref("Endpoint"))}},
-        "/v1/endpoints/{id}/enable": {"parameters": [_ID], "post": {
+        "/v1/endpoints/{id}/enable": {"parameters": [_ID, _APP_QUERY], "post": {
             "summary": "Resume deliveries", "responses": _ok(_ref("Endpoint"))}},
-        "/v1/endpoints/{id}/rotate-secret": {"parameters": [_ID], "post": {
+        "/v1/endpoints/{id}/rotate-secret": {"parameters": [_ID, _APP_QUERY], "post": {
             "summary": "New secret; the old one signs alongside it for grace_s",
-            "requestBody": _body({"type": "object", "properties": {"grace_s": {"type": "number", "minimum": 0}}}, False),
+            "requestBody": _body({"type": "object", "properties": {"grace_s": {"type": "number", "minimum": 0}, "app": _APP}}, False),
             "responses": _ok(_ref("Endpoint"))}},
-        "/v1/endpoints/{id}/test": {"parameters": [_ID], "post": {
+        "/v1/endpoints/{id}/test": {"parameters": [_ID, _APP_QUERY], "post": {
             "summary": "Enqueue one dispatcher.test event to this endpoint only",
+            "requestBody": _body({"type": "object", "properties": {"app": _APP}, "additionalProperties": False}, False),
             "responses": _ok(_ref("Enqueued"), "202")}},
         "/v1/endpoints/{id}/activity": {"parameters": [_ID], "get": {
             "summary": "One endpoint over the last minutes: p50/p95/p99, attempts and failures per "

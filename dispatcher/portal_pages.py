@@ -18,7 +18,7 @@ from aiohttp import web
 
 from . import db, tenancy
 from .admin_pages import CSRF_PLACEHOLDER, _html, _static
-from .web_security import APP, CSRF, PORTAL_COOKIE, Resolver, authenticate, set_session_cookie
+from .web_security import PORTAL_COOKIE, Resolver, set_session_cookie
 
 PORTAL_PATH = "/portal"
 
@@ -55,7 +55,8 @@ async def login(request: web.Request) -> web.Response:
     code = request.query.get("code", "")
     app = None
     if 0 < len(code) <= 200:
-        async with db.acquire(_pool(request)) as conn:
+        # One transaction: a session that cannot be opened leaves the code unspent.
+        async with db.acquire(_pool(request)) as conn, conn.transaction():
             app = await tenancy.redeem_code(conn, code)
             sid = await tenancy.open_session(conn, app) if app is not None else ""
     if app is None:
@@ -66,13 +67,18 @@ async def login(request: web.Request) -> web.Response:
 
 
 async def page(request: web.Request) -> web.Response:
-    why = await authenticate(request)
-    app = request.get(APP)
-    if why is not None or app is None or PORTAL_COOKIE not in request.cookies:
+    """The page, for a portal session only: it is the cookie that the page's
+    calls will carry (a bearer token on this request would not be)."""
+    sid = request.cookies.get(PORTAL_COOKIE, "")
+    app = None
+    if sid:
+        async with db.acquire(_pool(request)) as conn:
+            app = await tenancy.session_application(conn, sid)
+    if app is None:
         return _signed_out("Sign in with the link you were given.")
     body = _static("portal.html").decode()
     body = body.replace("{{app}}", html.escape(app))
-    return _html(body.replace(CSRF_PLACEHOLDER, html.escape(request.get(CSRF, ""))))
+    return _html(body.replace(CSRF_PLACEHOLDER, html.escape(tenancy.csrf_for(sid))))
 
 
 async def logout(request: web.Request) -> web.Response:

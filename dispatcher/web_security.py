@@ -164,6 +164,9 @@ async def authenticate(request: web.Request) -> str | None:
     sessions = request.app[SESSIONS]
     offered = _bearer(request)
     if offered is not None:
+        # The admin token first: an operator's token may begin like anything.
+        if sessions.token_ok(offered):
+            return None
         if offered.startswith(TOKEN_PREFIX):
             found = await request.app[RESOLVER].token(offered)
             if found is None:
@@ -172,7 +175,7 @@ async def authenticate(request: web.Request) -> str | None:
                 return "application token expired or revoked"
             request[APP] = found[0]
             return None
-        return None if sessions.token_ok(offered) else "missing or wrong bearer token"
+        return "missing or wrong bearer token"
     # A portal session before the dashboard's: if a browser holds both, it
     # acts with the lesser right.
     portal_sid = request.cookies.get(PORTAL_COOKIE)
@@ -197,6 +200,12 @@ def app_may_call(request: web.Request) -> bool:
     return (method, resource.canonical) in APP_ROUTES
 
 
+def _over_tls(request: web.Request) -> bool:
+    """TLS here, or ended by a proxy in front that says so: trusting the
+    header can only make the cookie stricter."""
+    return request.secure or request.headers.get("X-Forwarded-Proto", "").lower() == "https"
+
+
 def set_session_cookie(
     request: web.Request, response: web.StreamResponse, sid: str, *, portal: bool = False
 ) -> None:
@@ -205,7 +214,7 @@ def set_session_cookie(
     name, other = (PORTAL_COOKIE, SESSION_COOKIE) if portal else (SESSION_COOKIE, PORTAL_COOKIE)
     response.set_cookie(
         name, sid, max_age=int(SESSION_TTL_S), path="/", httponly=True,
-        samesite="Strict", secure=request.secure,
+        samesite="Strict", secure=_over_tls(request),
     )  # fmt: skip
     if other in request.cookies:
         response.del_cookie(other, path="/")

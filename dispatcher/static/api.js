@@ -8,30 +8,40 @@ const csrf = document.querySelector('meta[name="csrf-token"]').content;
 
 export class SignedOut extends Error {}
 
-async function call(method, path, body) {
-  const init = { method, credentials: "same-origin", headers: {} };
-  if (method !== "GET") init.headers["X-CSRF-Token"] = csrf;
-  if (body !== undefined) {
-    init.headers["Content-Type"] = "application/json";
-    init.body = JSON.stringify(body);
+// Calls to /v1/ for a page whose signed-out visitor goes to `signIn`: the
+// dashboard's /login, the portal's /portal (which says how to sign in).
+export function client(signIn) {
+  async function call(method, path, body) {
+    const init = { method, credentials: "same-origin", headers: {} };
+    if (method !== "GET") init.headers["X-CSRF-Token"] = csrf;
+    if (body !== undefined) {
+      init.headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    const r = await fetch(path, init);
+    if (r.status === 401) {
+      location.replace(signIn);
+      throw new SignedOut("signed out");
+    }
+    const doc = await r.json().catch(() => null);
+    if (!r.ok) throw new Error(doc && doc.error ? doc.error : `HTTP ${r.status}`);
+    return doc;
   }
-  const r = await fetch(path, init);
-  if (r.status === 401) {
-    location.assign("/login");
-    throw new SignedOut("signed out");
-  }
-  const doc = await r.json().catch(() => null);
-  if (!r.ok) throw new Error(doc && doc.error ? doc.error : `${path}: HTTP ${r.status}`);
-  return doc;
+  return {
+    get: path => call("GET", path),
+    post: (path, body) => call("POST", path, body),
+    // Ends the session (a state change like any other: the CSRF token).
+    signOut: async logoutPath => {
+      await fetch(logoutPath, { method: "POST", credentials: "same-origin", headers: { "X-CSRF-Token": csrf } });
+      location.replace(signIn);
+    },
+  };
 }
 
-export const get = path => call("GET", path);
-export const post = (path, body) => call("POST", path, body);
-
-export async function signOut() {
-  await fetch("/logout", { method: "POST", credentials: "same-origin", headers: { "X-CSRF-Token": csrf } });
-  location.assign("/login");
-}
+const dashboard = client("/login");
+export const get = dashboard.get;
+export const post = dashboard.post;
+export const signOut = () => dashboard.signOut("/logout");
 
 // ---------------------------------------------------------------- endpoints by name
 

@@ -5,9 +5,8 @@
 // token the server wrote into the page. Everything the API answers is put on
 // the page as text (textContent), never as markup. The page polls every 2 s
 // while it is visible, and at once after each action.
-import { ms, when, result } from "./api.js";
+import { client, SignedOut, ms, when, result } from "./api.js";
 
-const csrf = document.querySelector('meta[name="csrf-token"]').content;
 const POLL_MS = 2000;
 const LIMIT = 50;
 const FINAL = new Set(["delivered", "dead_letter"]);
@@ -25,27 +24,8 @@ const $ = id => document.getElementById(id);
 
 // ---------------------------------------------------------------- the API
 
-class SignedOut extends Error {}
-
-async function call(method, path, body) {
-  const init = { method, credentials: "same-origin", headers: {} };
-  if (method !== "GET") init.headers["X-CSRF-Token"] = csrf;
-  if (body !== undefined) {
-    init.headers["Content-Type"] = "application/json";
-    init.body = JSON.stringify(body);
-  }
-  const r = await fetch(path, init);
-  if (r.status === 401) {
-    location.replace("/portal");
-    throw new SignedOut("signed out");
-  }
-  const doc = await r.json().catch(() => null);
-  if (!r.ok) throw new Error(doc && doc.error ? doc.error : `HTTP ${r.status}`);
-  return doc;
-}
-
-const get = path => call("GET", path);
-const post = (path, body) => call("POST", path, body ?? {});
+const api = client("/portal");
+const { get, post } = api;
 
 // ---------------------------------------------------------------- building the page
 
@@ -279,7 +259,7 @@ $("add-form").addEventListener("submit", async ev => {
   if ($("add-name").value.trim()) body.name = $("add-name").value.trim();
   submit.disabled = true;
   try {
-    const doc = await call("POST", "/v1/endpoints", body);
+    const doc = await post("/v1/endpoints", body);
     form.reset();
     openAdd(false);
     showSecret(`Signing secret for ${label(doc)}`, doc.secret, "");
@@ -466,9 +446,6 @@ async function loop() {
 
 document.addEventListener("visibilitychange", () => { if (!document.hidden) wake(); });
 
-$("signout").addEventListener("click", async () => {
-  await fetch("/portal/logout", { method: "POST", credentials: "same-origin", headers: { "X-CSRF-Token": csrf } });
-  location.replace("/portal");
-});
+$("signout").addEventListener("click", () => api.signOut("/portal/logout"));
 
 loop();
