@@ -26,7 +26,7 @@ import asyncpg
 import orjson
 from aiohttp import web
 
-from . import catalog, db, reports, service
+from . import catalog, db, reports, service, tenancy
 from .admin import start_admin
 from .cli_format import print_table
 from .embedded import resolve_database_url
@@ -36,6 +36,7 @@ from .models import EndpointSpec
 from .settings import Settings
 
 DEMO_DB = "dispatcher_demo"
+DEMO_APP = "acme"
 DEADLINE_S = 45.0
 STATUSES = ("pending", "in_flight", "failed", "delivered", "dead_letter")
 
@@ -95,7 +96,7 @@ async def _setup(conn: asyncpg.Connection, port: int, events: int) -> dict[int, 
         spec = EndpointSpec(url=f"http://127.0.0.1:{port}/{name}", name=name, **{**base, **extra})
         doc = await service.add_endpoint(conn, spec)
         names[doc["id"]] = name
-    batch = [
+    batch: list[catalog.StagedEvent] = [
         (
             f"evt_demo_{i}",
             "demo.conversion",
@@ -108,8 +109,18 @@ async def _setup(conn: asyncpg.Connection, port: int, events: int) -> dict[int, 
         (f"evt_refund_{i}", "demo.refund", orjson.dumps({"amount": 3}).decode(), None)
         for i in range(max(events // 15, 5))
     ]
+    # A customer of the team running the demo, with its own endpoint: what
+    # its portal shows is this application's, and nothing of the rest.
+    await tenancy.add_application(conn, DEMO_APP, "Acme Inc (a customer)")
+    spec = EndpointSpec(url=f"http://127.0.0.1:{port}/customer", name="acme-orders", **base)
+    doc = await service.add_endpoint(conn, spec, app=DEMO_APP)
+    names[doc["id"]] = "acme-orders"
+    batch += [
+        (f"evt_acme_{i}", "order.paid", orjson.dumps({"order": i}).decode(), None, DEMO_APP)
+        for i in range(20)
+    ]
     created = await catalog.enqueue_bulk(conn, batch)
-    print(f"queued {len(batch)} events as {created} deliveries to {len(plan)} endpoints")
+    print(f"queued {len(batch)} events as {created} deliveries to {len(names)} endpoints")
     return names
 
 
@@ -200,6 +211,9 @@ async def run_demo(
             # CLI is delivered to the demo's receivers while you watch.
             print(f"\nstill up: the worker, the receivers and the dashboard at {dashboard} "
                   f"(admin token {token}); Ctrl-C stops them")  # fmt: skip
+            link = await tenancy.portal_link(conn, DEMO_APP, dashboard)
+            print(f"a customer's own view (application {DEMO_APP}'s portal; the link works "
+                  f"once, for an hour):\n  {link['url']}")  # fmt: skip
             await _until_interrupted()
             engine.stop()
             await task

@@ -60,9 +60,18 @@ async def test_demo_keep_stays_up_and_its_suggestions_run_as_printed(server_url:
         dashboard = re.search(r"(http://127\.0\.0\.1:\d+/)", first)
         assert dashboard and "?token=" not in first
         await asyncio.wait_for(_line_with(proc.stdout, "still up", seen), 90)
+        portal = await asyncio.wait_for(_line_with(proc.stdout, "/portal/login?code=", seen), 30)
         text = "".join(seen)
         async with aiohttp.ClientSession() as s, s.get(dashboard.group(1) + "healthz") as r:
             assert r.status == 200
+        # The customer's link signs in once, into the demo application's portal.
+        # (unsafe: a cookie jar that keeps cookies of an IP address's site)
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as s:
+            async with s.get(portal.strip(), allow_redirects=False) as r:
+                assert r.status == 303 and r.headers["Location"] == "/portal"
+            async with s.get(dashboard.group(1) + "v1/endpoints") as r:
+                assert r.status == 200
+                assert [e["name"] for e in await r.json()] == ["acme-orders"]
         url = re.search(r"export DATABASE_URL=(\S+)", text)
         assert url
         commands = re.findall(r"`([^`]+ dlq replay [^`]+)`", text)
