@@ -312,6 +312,7 @@ class Engine:
         first = planner.first_pass(wants, limit)
         assert self._pool is not None
         t0 = time.perf_counter()
+        rows: list[Delivery] = []
         try:
             async with acquire(self._pool) as conn:
                 rows = await self._claim_pass(conn, first, limit)
@@ -322,28 +323,26 @@ class Engine:
                     rows += await self._claim_pass(conn, more, limit - len(rows))
         except DATABASE_ERRORS as exc:
             await self._claim_failed_with(exc)
-            return 0, False
+            return len(rows), False
         self.connectivity.ok()
         self._claim_failing_since = 0.0
         self._claim_failed = False
         self.stats.claims += 1
         if self.metrics is not None:
             self.metrics.claim_seconds.observe(time.perf_counter() - t0)
-            self.metrics.in_flight.set(self._inflight + len(rows))
+            self.metrics.in_flight.set(self._inflight)
         self._since_claim = 0
         # Only a claim that ran says busy or idle: a full window or no
         # sendable endpoint keeps the last answer (the prober then wakes
         # the loop each tick, which costs no query, rather than probing).
         self._last_got = len(rows)
-        for d in rows:
-            self._start(d)
         return len(rows), len(rows) == limit and self._inflight < self._window.limit
 
     async def _claim_pass(
         self, conn: Conn, wants: list[planner.Want], limit: int
     ) -> list[Delivery]:
         self.stats.statements += 1
-        return await store.claim(
+        rows = await store.claim(
             conn,
             endpoint_ids=[w.endpoint_id for w in wants],
             budgets=[w.rows for w in wants],
@@ -351,6 +350,12 @@ class Engine:
             limit=limit,
             worker=self.worker,
         )
+        # On their way at once: a first pass's rows (an application's fresh
+        # event among them) do not wait for the second pass, nor for its
+        # failure, which would leave them to their lease.
+        for d in rows:
+            self._start(d)
+        return rows
 
     async def _claim_failed_with(self, exc: BaseException) -> None:
         self.connectivity.failed("claim", exc)
