@@ -53,11 +53,17 @@ async def cmd_app_revoke_token(args: argparse.Namespace, settings: Settings) -> 
     )
 
 
+async def _link(conn: Any, app: str, base_url: str, ttl_s: float | None) -> dict[str, Any]:
+    """The SPEC's `{"url", "expires_at"}`: the code is in the URL already."""
+    doc = await tenancy.portal_link(conn, app, base_url, ttl_s)
+    return {"url": doc["url"], "expires_at": doc["expires_at"]}
+
+
 async def cmd_app_portal_link(args: argparse.Namespace, settings: Settings) -> int:
     return await report(
         args,
         settings,
-        lambda conn: tenancy.portal_link(conn, args.id, args.base_url, args.ttl_s),
+        lambda conn: _link(conn, args.id, args.base_url, args.ttl_s),
         lambda doc: print(f"{doc['url']}\n(works once; {_expiry(doc)})"),
     )
 

@@ -62,7 +62,7 @@ async def add_application(conn: Conn, app: Any, name: Any = None) -> dict[str, A
     if not isinstance(name, str) or not 1 <= len(name.strip()) <= 200:
         raise BadInput("name must be 1-200 characters")
     row = await catalog.add_application(conn, app, name.strip())
-    return {"id": row["id"], "name": row["name"], "created_at": row["created_at"]}
+    return {"id": row["id"], "name": row["name"]}
 
 
 async def list_applications(conn: Conn, app: str | None = None) -> list[dict[str, Any]]:
