@@ -25,7 +25,7 @@ from typing import Any
 
 import asyncpg
 
-from dispatcher.db import migrations
+from dispatcher.db import migrate, migrations
 from dispatcher.embedded import embedded_url, with_database
 
 DB = "dispatcher_mig008"
@@ -64,18 +64,8 @@ async def run(server: str, rows: int, endpoints: int, tries: int) -> dict[str, A
 async def _measure(
     conn: asyncpg.Connection, rows: int, endpoints: int, tries: int
 ) -> dict[str, Any]:
-    await conn.execute(
-        "CREATE TABLE dispatcher_migrations (version integer PRIMARY KEY, name text NOT NULL,"
-        " applied_at timestamptz NOT NULL DEFAULT now())"
-    )
+    await migrate(conn, upto=7)
     pending = [m for m in migrations() if m[0] >= 8]
-    for version, name, sql in migrations():
-        if version < 8:
-            async with conn.transaction():
-                await conn.execute(sql)
-                await conn.execute(
-                    "INSERT INTO dispatcher_migrations VALUES ($1, $2)", version, name
-                )
     await conn.execute(
         "INSERT INTO endpoints (url, secret) SELECT 'https://example.com/' || n, 'whsec_x'"
         " FROM generate_series(1, $1) n",

@@ -161,8 +161,10 @@ def migrations() -> list[tuple[int, str, str]]:
     return sorted(found)
 
 
-async def migrate(conn: Conn) -> list[str]:
-    """Applies pending migrations; several processes may call it at once."""
+async def migrate(conn: Conn, *, upto: int | None = None) -> list[str]:
+    """Applies pending migrations; several processes may call it at once.
+    `upto`: only those numbered up to it (a database as an older release
+    left it, for tests and benchmarks of the next migration)."""
     applied_now: list[str] = []
     # A session lock, held across the per-migration transactions, serialises
     # concurrent migrators; the second one finds everything applied.
@@ -175,7 +177,7 @@ async def migrate(conn: Conn) -> list[str]:
         )
         done = {r["version"] for r in await conn.fetch("SELECT version FROM dispatcher_migrations")}
         for version, name, sql in migrations():
-            if version in done:
+            if version in done or (upto is not None and version > upto):
                 continue
             async with conn.transaction():
                 await conn.execute(sql)

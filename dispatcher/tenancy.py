@@ -17,7 +17,8 @@ import hashlib
 import hmac
 import re
 import secrets
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from . import catalog
@@ -97,13 +98,23 @@ async def revoke_token(conn: Conn, token: Any) -> dict[str, Any]:
     return {"app": app, "revoked": True}
 
 
+Found = TypeVar("Found", bound=tuple[Any, ...])
+
+
+async def _looked_up(
+    find: Callable[[Conn, bytes], Awaitable[Found | None]], conn: Conn, credential: str
+) -> Found | None:
+    """A stored credential's row, found by the offered one's digest (the
+    row's second field), the digests then compared in constant time."""
+    offered = digest(credential)
+    found = await find(conn, offered)
+    return found if found is not None and _matches(offered, found[1]) else None
+
+
 async def token_application(conn: Conn, token: str) -> tuple[str, bool] | None:
     """(application, live) of an offered token; None when unknown."""
-    offered = digest(token)
-    found = await catalog.token_application(conn, offered)
-    if found is None or not _matches(offered, found[1]):
-        return None
-    return found[0], found[2]
+    found = await _looked_up(catalog.token_application, conn, token)
+    return None if found is None else (found[0], found[2])
 
 
 # ---------------------------------------------------------------- the portal
@@ -133,11 +144,8 @@ async def portal_link(conn: Conn, app: Any, base_url: Any, ttl_s: Any = None) ->
 async def redeem_code(conn: Conn, code: str) -> str | None:
     """The code's application, marking the code used; None if it is unknown,
     used or expired."""
-    offered = digest(code)
-    found = await catalog.use_portal_code(conn, offered)
-    if found is None or not _matches(offered, found[1]):
-        return None
-    return found[0]
+    found = await _looked_up(catalog.use_portal_code, conn, code)
+    return None if found is None else found[0]
 
 
 async def open_session(conn: Conn, app: str) -> str:
@@ -149,11 +157,8 @@ async def open_session(conn: Conn, app: str) -> str:
 
 
 async def session_application(conn: Conn, sid: str) -> str | None:
-    offered = digest(sid)
-    found = await catalog.portal_session_application(conn, offered)
-    if found is None or not _matches(offered, found[1]):
-        return None
-    return found[0]
+    found = await _looked_up(catalog.portal_session_application, conn, sid)
+    return None if found is None else found[0]
 
 
 async def close_session(conn: Conn, sid: str) -> None:

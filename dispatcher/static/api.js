@@ -57,9 +57,8 @@ export async function loadEndpoints() {
 
 export const endpointById = id => endpoints.get(id);
 
-export function label(id) {
-  const e = endpoints.get(id);
-  if (!e) return `deleted endpoint #${id}`;
+// What people call an endpoint: its name, else its URL's host and path.
+export function endpointName(e) {
   if (e.name) return e.name;
   try {
     const u = new URL(e.url);
@@ -67,6 +66,11 @@ export function label(id) {
   } catch {
     return e.url;
   }
+}
+
+export function label(id) {
+  const e = endpoints.get(id);
+  return e ? endpointName(e) : `deleted endpoint #${id}`;
 }
 
 export function endpointLink(id) {

@@ -5,7 +5,7 @@
 // token the server wrote into the page. Everything the API answers is put on
 // the page as text (textContent), never as markup. The page polls every 2 s
 // while it is visible, and at once after each action.
-import { client, SignedOut, ms, when, result } from "./api.js";
+import { client, SignedOut, endpointName, ms, when, result } from "./api.js";
 
 const POLL_MS = 2000;
 const LIMIT = 50;
@@ -56,16 +56,7 @@ function redraw(region, key, build) {
 const pill = (text, cls, title) => el("span", { class: `pill ${cls}`, title }, text);
 const statusPill = s => pill(STATUS[s] || s, `st-${s}`);
 
-function label(e) {
-  if (!e) return "deleted endpoint";
-  if (e.name) return e.name;
-  try {
-    const u = new URL(e.url);
-    return u.host + (u.pathname === "/" ? "" : u.pathname);
-  } catch {
-    return e.url;
-  }
-}
+const label = e => (e ? endpointName(e) : "deleted endpoint");
 
 function rate(h) {
   if (!h || h.success_rate_last_hour === null || h.success_rate_last_hour === undefined) return "no attempts";

@@ -127,19 +127,7 @@ async def test_one_event_id_from_two_connections_makes_one_set_of_deliveries(
 async def test_migration_008_puts_every_endpoint_into_default(empty_db_url: str) -> None:
     conn = await asyncpg.connect(empty_db_url)
     try:
-        before_008 = [m for m in db.migrations() if m[0] < 8]
-        await conn.execute(
-            "CREATE TABLE dispatcher_migrations (version integer PRIMARY KEY,"
-            " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        for version, name, sql in before_008:
-            async with conn.transaction():
-                await conn.execute(sql)
-                await conn.execute(
-                    "INSERT INTO dispatcher_migrations (version, name) VALUES ($1, $2)",
-                    version,
-                    name,
-                )
+        await db.migrate(conn, upto=7)
         for i in range(3):
             await conn.execute(
                 "INSERT INTO endpoints (url, secret) VALUES ($1, 'whsec_x')",
