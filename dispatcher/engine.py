@@ -1,7 +1,7 @@
 """The engine: owns the event loop's flow for one worker process.
 
 wait (probe | NOTIFY | poll | freed slots | stop) → claim a batch sized to what each
-endpoint can start → one task per row (gate → sign → POST) → outcomes to the
+endpoint can start → slots run the rows (gate → sign → POST) → outcomes to the
 recorder, which writes them in batches. No transaction is open while a
 request is in flight; claims continue while earlier rows are still being sent.
 
@@ -16,6 +16,7 @@ worker loudly: it never runs on half alive.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import random
@@ -92,7 +93,10 @@ class Engine:
         self._window_max = self._window.limit
         self._since_claim = 0
         self._last_got = 0  # rows the last claim that ran got: the prober's busy signal
-        self._tasks: dict[asyncio.Task[tuple[Outcome, AttemptResult | None]], Job] = {}
+        # Slots run claimed rows (see _slot): each slot's row, None when idle.
+        self._slots: dict[asyncio.Task[None], Job | None] = {}
+        self._ready: collections.deque[Job] = collections.deque()
+        self._parked: list[asyncio.Future[None]] = []
         self._background: list[asyncio.Task[None]] = []
         self._claim_failing_since = 0.0
         self._claim_failed = False  # an empty claim that was really a failed one
@@ -164,6 +168,7 @@ class Engine:
             if self.metrics is not None:
                 self.metrics.watch_worker(lambda: db.connected, lambda: self.waiting_outcomes)
             self._supervise("listener", self._listener.run())
+            self._supervise("deadlines", self.sender.deadlines.run())
             # Producers do not NOTIFY (schema 005): new rows are found by probing.
             prober = Prober(self.url, self._wake, db, busy=lambda: self._last_got > 0)
             self._supervise("prober", prober.run())
@@ -245,24 +250,28 @@ class Engine:
             self._retry_timer.cancel()
         # Rows not yet on the wire go back at once; those mid-request get the
         # grace period to finish.
-        for t, (d, _) in list(self._tasks.items()):
-            if not d.started:
+        while self._ready:
+            d, gate = self._ready.popleft()
+            self._resolve(d, gate, Outcome.handed_back(d), None)
+        for t, job in list(self._slots.items()):
+            if job is None or not job[0].started:
                 t.cancel()
-        if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=self.settings.grace_s)
-        for t in list(self._tasks):
+        busy = {t for t, job in self._slots.items() if job is not None and not t.done()}
+        if busy:
+            await asyncio.wait(busy, timeout=self.settings.grace_s)
+        for t in list(self._slots):
             t.cancel()
-        if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=5)
+        if self._slots:
+            await asyncio.wait(set(self._slots), timeout=5)
         # Flush before stopping the flusher: this waits for a write already in
         # progress (never cancelled mid-commit, which could apply it twice).
         with contextlib.suppress(Exception):
             await self._flush_all()
-        for job in self._background:
-            job.cancel()
-        for job in self._background:
+        for helper in self._background:
+            helper.cancel()
+        for helper in self._background:
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await job
+                await helper
         with contextlib.suppress(Exception):
             await self._flush_all()
         if self._pool is not None:
@@ -374,9 +383,52 @@ class Engine:
         gate.claimed_row()
         self._inflight += 1
         self.stats.claimed += 1
-        task = asyncio.create_task(self._deliver(gate, d))
-        self._tasks[task] = (d, gate)
-        task.add_done_callback(self._finished)
+        self._ready.append((d, gate))
+        # Every row gets a slot free to run it now, a parked one or a new
+        # one: a slot waiting on its endpoint's semaphore or bucket holds up
+        # only its own row.
+        while self._parked:
+            parked = self._parked.pop()
+            if not parked.done():
+                parked.set_result(None)
+                return
+        slot = asyncio.create_task(self._slot())
+        self._slots[slot] = None
+
+    async def _slot(self) -> None:
+        """Runs claimed rows one after another, parking when none is ready.
+
+        A task per row would cost a task's creation, scheduling and done
+        callback per delivery; a slot that finishes a row takes the next at
+        once, with no trip through the event loop.
+        """
+        me = asyncio.current_task()
+        assert me is not None
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                while self._ready:
+                    job = self._slots[me] = self._ready.popleft()
+                    d, gate = job
+                    try:
+                        outcome, result = await self._deliver(gate, d)
+                    except asyncio.CancelledError:
+                        self._slots[me] = None
+                        self._resolve(d, gate, Outcome.handed_back(d), None)  # back unspent
+                        raise
+                    except Exception as exc:
+                        log.event("delivery_task_crashed", logging.ERROR, error=repr(exc)[:200])
+                        outcome, result = Outcome.handed_back(d), None
+                    self._slots[me] = None
+                    self._resolve(d, gate, outcome, result)
+                # Slots beyond the window are not kept waiting after a burst.
+                if self._stopping or len(self._parked) >= self._window.limit:
+                    return
+                parked = loop.create_future()
+                self._parked.append(parked)
+                await parked
+        finally:
+            del self._slots[me]
 
     async def _deliver(self, gate: Gate, d: Delivery) -> tuple[Outcome, AttemptResult | None]:
         if gate.wire is None:
@@ -402,17 +454,10 @@ class Engine:
                 result = _crashed(exc)
         return self._decide(gate, d, result), result
 
-    def _finished(self, task: asyncio.Task[tuple[Outcome, AttemptResult | None]]) -> None:
+    def _resolve(
+        self, d: Delivery, gate: Gate, outcome: Outcome, result: AttemptResult | None
+    ) -> None:
         """The one place a claimed row is resolved: sent, released or cancelled."""
-        d, gate = self._tasks.pop(task)
-        result: AttemptResult | None = None
-        if task.cancelled():
-            outcome = Outcome.handed_back(d)  # shutdown: back unspent
-        elif (exc := task.exception()) is not None:
-            log.event("delivery_task_crashed", logging.ERROR, error=repr(exc)[:200])
-            outcome = Outcome.handed_back(d)
-        else:
-            outcome, result = task.result()
         gate.released(spent=outcome.spent_attempt)
         self._inflight -= 1
         assert self._recorder is not None and self._refresher is not None

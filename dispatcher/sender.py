@@ -7,6 +7,7 @@ up to a small cap only so the connection can go back to the pool.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -24,6 +25,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from . import __version__
+from .deadlines import Deadlines
 from .errors import BadInput, OperationalError, TargetRefused
 from .models import AttemptResult, Delivery, Endpoint, Verdict
 from .retry import classify_status, parse_retry_after
@@ -42,6 +44,9 @@ from .ssrf import check_address, target_refusal
 
 USER_AGENT = f"dispatcher/{__version__}"
 MAX_ERROR_LEN = 300
+# aiohttp arms no timer of its own: the endpoint's timeout is kept by
+# Deadlines (one sweeper for every request in flight).
+NO_TIMER = aiohttp.ClientTimeout(total=None, connect=None, sock_read=None, sock_connect=None)
 
 
 class GuardedResolver(AbstractResolver):
@@ -101,7 +106,7 @@ class EndpointWire:
     """Per-endpoint wire settings, built once per endpoint version."""
 
     __slots__ = ("body_mode", "headers", "method", "shaped", "signer", "ssl", "success",
-                 "target", "template", "timeout", "timeout_ms", "url", "url_refusal")  # fmt: skip
+                 "target", "template", "timeout_ms", "timeout_s", "url", "url_refusal")  # fmt: skip
 
     def __init__(
         self,
@@ -136,7 +141,7 @@ class EndpointWire:
         self.headers["user-agent"] = USER_AGENT
         self.signer = Signer(secrets)
         self.timeout_ms = timeout_ms
-        self.timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000)
+        self.timeout_s = timeout_ms / 1000
         # Decided once per endpoint version, not per request: aiohttp skips
         # the resolver for IP literals, and refuses non-canonical IPv4 forms
         # itself only as a retryable error; both are a permanent refusal here.
@@ -220,6 +225,7 @@ class Sender:
         self._resolver = resolver
         self._ca_file = ca_file
         self._session: aiohttp.ClientSession | None = None
+        self.deadlines = Deadlines()
         self._proxy = URL(proxy) if proxy else None
         if self._proxy is not None and (self._proxy.scheme != "http" or not self._proxy.host):
             raise BadInput("DISPATCHER_HTTP_PROXY must be an http://host:port URL")
@@ -314,6 +320,9 @@ class Sender:
         headers["webhook-signature"] = wire.signer.signature(event_id, ts, data)
         answer = b""
         t0 = time.perf_counter()
+        # Run by the engine's supervisor (deadlines.run); the whole attempt,
+        # connecting and reading the body included, is under the timeout.
+        watch = self.deadlines.watch(wire.timeout_s)
         try:
             async with self._session.request(
                 wire.method,
@@ -321,7 +330,7 @@ class Sender:
                 data=data if wire.body_mode != "none" else None,
                 headers=headers,
                 allow_redirects=False,
-                timeout=wire.timeout,
+                timeout=NO_TIMER,
                 proxy=self._proxy,
                 ssl=wire.ssl,
             ) as resp:
@@ -335,16 +344,23 @@ class Sender:
                     # A body cut short after a 2xx is still a delivery
                     # (retrying it would send a duplicate by design).
                     pass
+                except asyncio.CancelledError:
+                    if not self.deadlines.expired(watch):
+                        raise
         except TargetRefused as exc:
             return self._failed(Verdict.PERMANENT, t0, f"refused target: {exc}")
-        except TimeoutError:
+        except asyncio.CancelledError:
+            if not self.deadlines.expired(watch):
+                raise
             return self._failed(
                 Verdict.RETRYABLE, t0, f"timeout after {wire.timeout_ms} ms", timed_out=True
             )
         except aiohttp.ClientConnectorError as exc:
             return self._failed(Verdict.RETRYABLE, t0, f"connection error: {exc.os_error}")
-        except (aiohttp.ClientError, OSError) as exc:
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             return self._failed(Verdict.RETRYABLE, t0, f"{type(exc).__name__}: {exc}")
+        finally:
+            self.deadlines.done(watch)
         verdict = classify_status(status)
         if verdict is Verdict.SUCCESS:
             if wire.success is not None and not body_matches(wire.success, answer):

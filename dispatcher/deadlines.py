@@ -1,0 +1,91 @@
+"""Timeouts for thousands of requests in flight from one timer.
+
+aiohttp's per-request timeout arms a loop timer for every request and
+cancels it when the answer comes: two heap operations and four objects per
+attempt, on the hottest path of the process. Here an attempt is entered in
+the bucket of the tick its deadline falls in (a set add), and one sweeper,
+waking once a tick while anything is watched, cancels the tasks of the
+buckets that have come due. A deadline fires at most one tick late, never
+early.
+
+The cancellation is the one asyncio.timeout() uses: the watched task gets
+CancelledError at the await it is suspended at, and `expired` tells the
+code that caught it whether the sweeper sent it (a timeout: the task is
+uncancelled) or someone else did (shutdown: it propagates).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import math
+
+# A deadline fires within this much after it passes.
+TICK_S = 0.02
+
+
+class Watch:
+    __slots__ = ("bucket", "fired", "task")
+
+    def __init__(self, task: asyncio.Task[object], bucket: int) -> None:
+        self.task = task
+        self.bucket = bucket
+        self.fired = False
+
+
+class Deadlines:
+    def __init__(self, tick_s: float = TICK_S) -> None:
+        self._tick = tick_s
+        self._buckets: dict[int, set[Watch]] = {}
+        self._due: list[int] = []  # heap of the buckets' ticks
+        self._watching = asyncio.Event()
+
+    def watch(self, timeout_s: float) -> Watch:
+        """Cancels the current task once `timeout_s` has passed, unless
+        `done` is called first."""
+        task = asyncio.current_task()
+        assert task is not None, "watch() from a task"
+        loop = task.get_loop()
+        bucket = math.ceil((loop.time() + timeout_s) / self._tick)
+        w = Watch(task, bucket)
+        members = self._buckets.get(bucket)
+        if members is None:
+            members = self._buckets[bucket] = set()
+            heapq.heappush(self._due, bucket)
+            if not self._watching.is_set():
+                self._watching.set()
+        members.add(w)
+        return w
+
+    def done(self, w: Watch) -> None:
+        members = self._buckets.get(w.bucket)
+        if members is not None:
+            members.discard(w)
+
+    @staticmethod
+    def expired(w: Watch) -> bool:
+        """After CancelledError: True when it was this deadline's (the task is
+        uncancelled), False when it must propagate."""
+        if not w.fired:
+            return False
+        w.fired = False  # asked once per cancellation, wherever it is caught
+        # Another cancel on top of ours (shutdown) still propagates.
+        return w.task.uncancel() == 0
+
+    @property
+    def watched(self) -> int:
+        return sum(len(m) for m in self._buckets.values())
+
+    async def run(self) -> None:
+        """The sweeper: runs for the life of the process."""
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._buckets:
+                self._watching.clear()
+                await self._watching.wait()
+            await asyncio.sleep(self._tick)
+            now = math.floor(loop.time() / self._tick)
+            while self._due and self._due[0] <= now:
+                for w in self._buckets.pop(heapq.heappop(self._due), ()):
+                    w.fired = True
+                    w.task.cancel()
