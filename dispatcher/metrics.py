@@ -8,7 +8,9 @@ reports them without running an engine.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import bisect
+import itertools
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import (
@@ -19,11 +21,49 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import HistogramMetricFamily, Metric
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60)
 _LAG_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class BatchHistogram:
+    """A histogram fed a flush's values at once.
+
+    prometheus_client's Histogram takes a lock, scans the buckets and bumps
+    three values per observation: a few microseconds on every attempt and
+    every delivery's lag. Here a flush's values cost one bisect each; the
+    event loop is the only writer. Exposed as an ordinary histogram.
+    """
+
+    def __init__(
+        self, name: str, doc: str, buckets: tuple[float, ...], registry: CollectorRegistry
+    ) -> None:
+        self._name = name
+        self._doc = doc
+        self._bounds = list(buckets)
+        self._counts = [0] * (len(buckets) + 1)  # the last: above every bound
+        self._sum = 0.0
+        registry.register(self)
+
+    def observe_many(self, values: Iterable[float]) -> None:
+        bounds, counts = self._bounds, self._counts
+        total = 0.0
+        for v in values:
+            counts[bisect.bisect_left(bounds, v)] += 1  # le: the first bound >= v
+            total += v
+        self._sum += total
+
+    def collect(self) -> Iterator[Metric]:
+        cumulative = list(itertools.accumulate(self._counts))
+        # repr of a float is how prometheus_client spells these bounds.
+        les = [repr(float(b)) for b in self._bounds] + ["+Inf"]
+        yield HistogramMetricFamily(
+            self._name, self._doc, buckets=list(zip(les, cumulative, strict=True)),
+            sum_value=self._sum,
+        )  # fmt: skip
 
 
 class Metrics:
@@ -33,14 +73,12 @@ class Metrics:
         self.deliveries = Counter(
             "dispatcher_deliveries", "Attempt outcomes", ["outcome"], registry=r
         )
-        self.attempt_seconds = Histogram(
-            "dispatcher_attempt_seconds", "HTTP attempt latency", buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )  # fmt: skip
-        self.lag_seconds = Histogram(
-            "dispatcher_end_to_end_lag_seconds", "Created to delivered", buckets=_LAG_BUCKETS,
-            registry=r,
-        )  # fmt: skip
+        self.attempt_seconds = BatchHistogram(
+            "dispatcher_attempt_seconds", "HTTP attempt latency", _LATENCY_BUCKETS, r
+        )
+        self.lag_seconds = BatchHistogram(
+            "dispatcher_end_to_end_lag_seconds", "Created to delivered", _LAG_BUCKETS, r
+        )
         self.in_flight = Gauge("dispatcher_in_flight", "Rows claimed by this process", registry=r)
         self.claim_seconds = Histogram(
             "dispatcher_claim_seconds", "Claim statement duration", registry=r
@@ -71,17 +109,17 @@ class Metrics:
 
     def record_outcomes(self, outcomes: Iterable[tuple[str, int | None]]) -> None:
         counts: dict[str, int] = {}
-        observe = self.attempt_seconds.observe
+        seconds = []
         for outcome, ms in outcomes:
             counts[outcome] = counts.get(outcome, 0) + 1
             if ms is not None:
-                observe(ms / 1000)
+                seconds.append(ms / 1000)
+        self.attempt_seconds.observe_many(seconds)
         for outcome, n in counts.items():
             self.deliveries.labels(outcome).inc(n)
 
     def record_lags(self, lags: Iterable[float]) -> None:
-        for lag in lags:
-            self.lag_seconds.observe(lag)
+        self.lag_seconds.observe_many(lags)
 
     def set_database_view(
         self,

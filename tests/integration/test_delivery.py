@@ -8,10 +8,13 @@ import time
 import asyncpg
 import orjson
 import pytest
+from aiohttp import web
 from standardwebhooks import Webhook
 
 from dispatcher import enqueue
-from tests.helpers import add_endpoint, drain, statuses
+from dispatcher.engine import Engine
+from dispatcher.metrics import Metrics
+from tests.helpers import FAST, add_endpoint, drain, statuses
 from tests.receivers import Receiver, hang, sequence, status
 
 
@@ -364,3 +367,43 @@ async def test_sql_enqueue_takes_json_jsonb_and_text(conn: asyncpg.Connection) -
     assert rows["jb"] == '{"a": 2, "b": 1}'  # jsonb is already normalised by the caller
     with pytest.raises(asyncpg.InvalidTextRepresentationError):
         await conn.fetchval("SELECT dispatcher_enqueue('t', 'not json'::text, 'bad')")
+
+
+async def test_metrics_count_every_attempt_and_delivery(
+    conn: asyncpg.Connection, db_url: str, receiver: Receiver
+) -> None:
+    """Attempt latencies and lags reach /metrics, a timed-out attempt
+    (ended by the deadline sweeper) among them."""
+
+    async def first_hangs(r: Receiver, req: web.Request, _: bytes) -> web.StreamResponse:
+        if len(r.requests_to(req.path)) == 1:
+            await asyncio.sleep(5)
+        return web.Response(status=200)
+
+    receiver.routes["/slow-once"] = first_hangs
+    await add_endpoint(conn, receiver.url("/ok"), retry_base_ms=0)
+    await add_endpoint(conn, receiver.url("/slow-once"), retry_base_ms=0, retry_cap_ms=0,
+                       timeout_ms=200)  # fmt: skip
+    for i in range(7):
+        await enqueue(conn, "t", {"i": i}, f"evt_m{i}")
+    metrics = Metrics()
+    await asyncio.wait_for(Engine(FAST, db_url, metrics=metrics).run(drain=True), 30)
+    text = metrics.render().decode()
+
+    def value(sample: str) -> float:
+        [line] = [x for x in text.splitlines() if x.startswith(sample + " ")]
+        return float(line.rsplit(" ", 1)[1])
+
+    # 7 events to each of 2 endpoints, one attempt timed out: 15 attempts.
+    assert value("dispatcher_attempt_seconds_count") == 15
+    assert value('dispatcher_attempt_seconds_bucket{le="+Inf"}') == 15
+    assert value('dispatcher_attempt_seconds_bucket{le="0.1"}') <= 14  # not the 0.2 s timeout
+    assert value("dispatcher_attempt_seconds_sum") >= 0.2
+    assert value("dispatcher_end_to_end_lag_seconds_count") == 14
+    assert value('dispatcher_deliveries_total{outcome="delivered"}') == 14
+    assert value('dispatcher_deliveries_total{outcome="failed"}') == 1
+    timed_out = await conn.fetch(
+        "SELECT response_ms FROM endpoint_latency WHERE error = 'timeout after 200 ms'"
+    )
+    assert len(timed_out) == 1 and timed_out[0]["response_ms"] >= 200
+    assert await statuses(conn) == {"delivered": 14}

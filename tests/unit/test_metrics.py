@@ -1,0 +1,47 @@
+"""The batched histogram reads exactly like prometheus_client's own."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+from dispatcher.metrics import _LAG_BUCKETS, _LATENCY_BUCKETS, BatchHistogram
+
+BOUNDS = st.sampled_from([_LATENCY_BUCKETS, _LAG_BUCKETS])
+VALUES = st.lists(
+    st.one_of(
+        st.floats(min_value=0, max_value=200_000, allow_nan=False),
+        st.sampled_from([*_LATENCY_BUCKETS, *_LAG_BUCKETS]),  # on a bound: le is inclusive
+    ),
+    max_size=60,
+)
+
+
+def _lines(registry: CollectorRegistry) -> list[str]:
+    return [
+        line
+        for line in generate_latest(registry).decode().splitlines()
+        if "_created" not in line and not line.split(" ")[0].endswith("_sum")
+    ]
+
+
+def _sum(registry: CollectorRegistry) -> float:
+    text = generate_latest(registry).decode()
+    return float(next(x for x in text.splitlines() if "_sum " in x).rsplit(" ", 1)[1])
+
+
+@given(bounds=BOUNDS, batches=st.lists(VALUES, max_size=4))
+def test_batched_histogram_renders_as_prometheus_client_does(
+    bounds: tuple[float, ...], batches: list[list[float]]
+) -> None:
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    batched = BatchHistogram("h_seconds", "doc", bounds, ours)
+    reference = Histogram("h_seconds", "doc", buckets=bounds, registry=theirs)
+    for batch in batches:
+        batched.observe_many(batch)
+        for v in batch:
+            reference.observe(v)
+    assert _lines(ours) == _lines(theirs)
+    # Sums are added in another order: equal up to rounding.
+    assert abs(_sum(ours) - _sum(theirs)) <= 1e-9 * max(1.0, abs(_sum(theirs)))
