@@ -11,6 +11,7 @@ from .fifo import run_fifo
 from .filters import run_filters
 from .https import run_https
 from .internet import run_internet
+from .jobqueue import run_jobqueue
 from .many import run_many
 from .noisy import run_noisy
 from .producers import run_producers
@@ -33,6 +34,7 @@ RUNNERS: dict[str, Runner] = {
     "filters": run_filters,
     "https": run_https,
     "tenants": run_tenants,
+    "jobqueue": run_jobqueue,
 }
 
 __all__ = ["RUNNERS"]
