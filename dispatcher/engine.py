@@ -506,18 +506,7 @@ class Engine:
             jitter=self._draw(),
             retry_after_s=r.retry_after_s,
         )
-        return Outcome(
-            delivery_id=d.id,
-            endpoint_id=d.endpoint_id,
-            status=decision.status,
-            next_attempt_in_s=decision.delay_s,
-            spent_attempt=True,
-            status_code=r.status_code,
-            response_ms=r.response_ms,
-            error=r.error,
-            disable_endpoint=r.gone,
-            pause_s=r.retry_after_s if r.overloaded else None,
-        )
+        return Outcome.attempted(d, r, decision.status, decision.delay_s)
 
 
 def _fd_limit() -> int | None:

@@ -155,6 +155,14 @@ class Outcome(NamedTuple):
         """A claimed row handed back unsent: no attempt spent."""
         return cls(d.id, d.endpoint_id, Status.PENDING, delay_s, False)
 
+    @classmethod
+    def attempted(cls, d: Delivery, r: AttemptResult, status: Status, delay_s: float) -> Outcome:
+        """After an attempt: what the retry policy made of it, with what the
+        attempt saw (a 410 disables the endpoint; a 429/503's Retry-After
+        pauses it)."""
+        return cls(d.id, d.endpoint_id, status, delay_s, True, r.status_code, r.response_ms,
+                   r.error, r.gone, r.retry_after_s if r.overloaded else None)  # fmt: skip
+
 
 def _positive(name: str, value: float | None, *, allow_zero: bool = False) -> None:
     from .errors import BadInput
