@@ -11,7 +11,11 @@ early.
 The cancellation is the one asyncio.timeout() uses: the watched task gets
 CancelledError at the await it is suspended at, and `expired` tells the
 code that caught it whether the sweeper sent it (a timeout: the task is
-uncancelled) or someone else did (shutdown: it propagates).
+uncancelled) or someone else did (shutdown: it propagates). Library code
+may swallow a cancellation (aiohappyeyeballs does, while it tidies up the
+losing connection attempts), so a fired watch is cancelled again every tick
+until the attempt ends; `done` takes back the cancels nobody saw, so a slot
+running row after row never carries one over to the next.
 """
 
 from __future__ import annotations
@@ -25,12 +29,12 @@ TICK_S = 0.02
 
 
 class Watch:
-    __slots__ = ("bucket", "fired", "task")
+    __slots__ = ("bucket", "fires", "task")
 
     def __init__(self, task: asyncio.Task[object], bucket: int) -> None:
         self.task = task
         self.bucket = bucket
-        self.fired = False
+        self.fires = 0  # cancels sent to the task and not yet taken back
 
 
 class Deadlines:
@@ -38,6 +42,7 @@ class Deadlines:
         self._tick = tick_s
         self._buckets: dict[int, set[Watch]] = {}
         self._due: list[int] = []  # heap of the buckets' ticks
+        self._fired: set[Watch] = set()  # past their deadline, attempt not ended yet
         self._watching = asyncio.Event()
 
     def watch(self, timeout_s: float) -> Watch:
@@ -58,34 +63,51 @@ class Deadlines:
         return w
 
     def done(self, w: Watch) -> None:
+        """The attempt ended (call it in a `finally`)."""
         members = self._buckets.get(w.bucket)
         if members is not None:
             members.discard(w)
+        self._fired.discard(w)
+        self._take_back(w)
 
-    @staticmethod
-    def expired(w: Watch) -> bool:
+    def expired(self, w: Watch) -> bool:
         """After CancelledError: True when it was this deadline's (the task is
         uncancelled), False when it must propagate."""
-        if not w.fired:
+        if not w.fires:
             return False
-        w.fired = False  # asked once per cancellation, wherever it is caught
-        # Another cancel on top of ours (shutdown) still propagates.
-        return w.task.uncancel() == 0
+        self._fired.discard(w)
+        # Asked once per cancellation, wherever it is caught; another cancel
+        # on top of ours (shutdown) still propagates.
+        return self._take_back(w) == 0
+
+    @staticmethod
+    def _take_back(w: Watch) -> int:
+        """Withdraws this watch's cancels; returns the task's remaining ones."""
+        left = w.task.cancelling()
+        for _ in range(w.fires):
+            left = w.task.uncancel()
+        w.fires = 0
+        return left
 
     @property
     def watched(self) -> int:
-        return sum(len(m) for m in self._buckets.values())
+        return sum(len(m) for m in self._buckets.values()) + len(self._fired)
 
     async def run(self) -> None:
         """The sweeper: runs for the life of the process."""
         loop = asyncio.get_running_loop()
         while True:
-            if not self._buckets:
+            if not self._buckets and not self._fired:
                 self._watching.clear()
                 await self._watching.wait()
             await asyncio.sleep(self._tick)
             now = math.floor(loop.time() / self._tick)
+            # Again for those whose cancel went unseen (swallowed) a tick ago.
+            for w in self._fired:
+                w.fires += 1
+                w.task.cancel()
             while self._due and self._due[0] <= now:
                 for w in self._buckets.pop(heapq.heappop(self._due), ()):
-                    w.fired = True
+                    w.fires += 1
                     w.task.cancel()
+                    self._fired.add(w)

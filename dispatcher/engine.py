@@ -263,6 +263,8 @@ class Engine:
             t.cancel()
         if self._slots:
             await asyncio.wait(set(self._slots), timeout=5)
+        # A slot cancelled before its first step never ran its `finally`.
+        self._slots.clear()
         # Flush before stopping the flusher: this waits for a write already in
         # progress (never cancelled mid-commit, which could apply it twice).
         with contextlib.suppress(Exception):
@@ -414,13 +416,13 @@ class Engine:
                         outcome, result = await self._deliver(gate, d)
                     except asyncio.CancelledError:
                         self._slots[me] = None
-                        self._resolve(d, gate, Outcome.handed_back(d), None)  # back unspent
+                        self._resolve_safely(d, gate, Outcome.handed_back(d), None)  # back unspent
                         raise
                     except Exception as exc:
                         log.event("delivery_task_crashed", logging.ERROR, error=repr(exc)[:200])
                         outcome, result = Outcome.handed_back(d), None
                     self._slots[me] = None
-                    self._resolve(d, gate, outcome, result)
+                    self._resolve_safely(d, gate, outcome, result)
                 # Slots beyond the window are not kept waiting after a burst.
                 if self._stopping or len(self._parked) >= self._window.limit:
                     return
@@ -453,6 +455,16 @@ class Engine:
                 # to be claimed again at once, forever.
                 result = _crashed(exc)
         return self._decide(gate, d, result), result
+
+    def _resolve_safely(
+        self, d: Delivery, gate: Gate, outcome: Outcome, result: AttemptResult | None
+    ) -> None:
+        """_resolve, and a bug in it is logged at once, not when the slot's
+        task is collected; the slot goes on with the next row."""
+        try:
+            self._resolve(d, gate, outcome, result)
+        except Exception as exc:
+            log.event("delivery_resolve_crashed", logging.ERROR, error=repr(exc)[:200])
 
     def _resolve(
         self, d: Delivery, gate: Gate, outcome: Outcome, result: AttemptResult | None

@@ -357,7 +357,11 @@ class Sender:
             )
         except aiohttp.ClientConnectorError as exc:
             return self._failed(Verdict.RETRYABLE, t0, f"connection error: {exc.os_error}")
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        except TimeoutError as exc:
+            # Not ours (a limit of asyncio's, the TLS handshake's say): still
+            # the endpoint too slow to answer, for its adaptive limit too.
+            return self._failed(Verdict.RETRYABLE, t0, f"TimeoutError: {exc}", timed_out=True)
+        except (aiohttp.ClientError, OSError) as exc:
             return self._failed(Verdict.RETRYABLE, t0, f"{type(exc).__name__}: {exc}")
         finally:
             self.deadlines.done(watch)

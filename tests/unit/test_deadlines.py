@@ -8,6 +8,7 @@ fire depends on the machine, so it is not asserted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
@@ -109,11 +110,58 @@ async def test_shutdown_on_top_of_a_deadline_still_propagates(deadlines: Deadlin
     # What the sweeper does when the deadline passes, then a shutdown's
     # cancel, both before the task runs again.
     w = watches[0]
-    w.fired = True
+    w.fires += 1
     w.task.cancel()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_a_swallowed_deadline_is_sent_again(deadlines: Deadlines) -> None:
+    """Library code that swallows a cancellation (aiohappyeyeballs does)
+    must not leave the attempt without a timeout."""
+
+    async def swallowing() -> tuple[str, int]:
+        me = asyncio.current_task()
+        assert me is not None
+        w = deadlines.watch(0.01)
+        try:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(30)  # the first cancel dies here
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            if not deadlines.expired(w):
+                raise
+            return "timeout", me.cancelling()
+        finally:
+            deadlines.done(w)
+        return "done", me.cancelling()
+
+    assert await asyncio.wait_for(swallowing(), 5) == ("timeout", 0)
+    assert deadlines.watched == 0
+
+
+async def test_an_unseen_deadline_is_taken_back_when_the_attempt_ends(
+    deadlines: Deadlines,
+) -> None:
+    """A cancel swallowed just before the attempt finished anyway must not
+    be carried over to the task's next attempt."""
+
+    async def slot() -> list[str]:
+        me = asyncio.current_task()
+        assert me is not None
+        w = deadlines.watch(0.01)
+        try:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(30)
+        finally:
+            deadlines.done(w)
+        assert me.cancelling() == 0
+        # The next attempt of the same task times out as a timeout, not as
+        # a shutdown.
+        return [(await _attempt(deadlines, 0.01, 30))[0], (await _attempt(deadlines, 5, 0))[0]]
+
+    assert await asyncio.wait_for(slot(), 5) == ["timeout", "done"]
 
 
 async def test_the_sweeper_sleeps_when_nothing_is_watched(deadlines: Deadlines) -> None:
