@@ -43,6 +43,7 @@ class Deadlines:
         self._buckets: dict[int, set[Watch]] = {}
         self._due: list[int] = []  # heap of the buckets' ticks
         self._fired: set[Watch] = set()  # past their deadline, attempt not ended yet
+        self._live = 0  # watches not yet done or expired
         self._watching = asyncio.Event()
 
     def watch(self, timeout_s: float) -> Watch:
@@ -57,17 +58,21 @@ class Deadlines:
         if members is None:
             members = self._buckets[bucket] = set()
             heapq.heappush(self._due, bucket)
-            if not self._watching.is_set():
-                self._watching.set()
+        if not self._watching.is_set():
+            self._watching.set()
         members.add(w)
+        self._live += 1
         return w
 
     def done(self, w: Watch) -> None:
         """The attempt ended (call it in a `finally`)."""
         members = self._buckets.get(w.bucket)
-        if members is not None:
-            members.discard(w)
-        self._fired.discard(w)
+        if members is not None and w in members:
+            members.remove(w)
+            self._live -= 1
+        elif w in self._fired:
+            self._fired.remove(w)
+            self._live -= 1
         self._take_back(w)
 
     def expired(self, w: Watch) -> bool:
@@ -75,7 +80,9 @@ class Deadlines:
         uncancelled), False when it must propagate."""
         if not w.fires:
             return False
-        self._fired.discard(w)
+        if w in self._fired:
+            self._fired.remove(w)
+            self._live -= 1
         # Asked once per cancellation, wherever it is caught; another cancel
         # on top of ours (shutdown) still propagates.
         return self._take_back(w) == 0
@@ -91,13 +98,17 @@ class Deadlines:
 
     @property
     def watched(self) -> int:
-        return sum(len(m) for m in self._buckets.values()) + len(self._fired)
+        return self._live
 
     async def run(self) -> None:
         """The sweeper: runs for the life of the process."""
         loop = asyncio.get_running_loop()
         while True:
-            if not self._buckets and not self._fired:
+            if not self._live:
+                # Buckets emptied by done() would otherwise keep the sweeper
+                # ticking until their (far) deadlines: an idle worker's CPU.
+                self._buckets.clear()
+                self._due.clear()
                 self._watching.clear()
                 await self._watching.wait()
             await asyncio.sleep(self._tick)

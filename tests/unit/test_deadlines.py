@@ -169,3 +169,14 @@ async def test_the_sweeper_sleeps_when_nothing_is_watched(deadlines: Deadlines) 
     assert deadlines.watched == 0
     # Watching again wakes it: the deadline still fires.
     assert (await _attempt(deadlines, 0.01, 30))[0] == "timeout"
+
+
+async def test_the_sweeper_stops_ticking_once_every_attempt_has_ended(
+    deadlines: Deadlines,
+) -> None:
+    """An attempt that ended leaves an empty bucket due far ahead (its
+    timeout); an idle worker must not tick until then."""
+    assert (await _attempt(deadlines, 30, 0.001))[0] == "done"
+    await asyncio.sleep(TICK * 4)
+    assert deadlines.watched == 0
+    assert deadlines._due == [] and deadlines._buckets == {}
