@@ -430,7 +430,7 @@ class Engine:
                 self._parked.append(parked)
                 await parked
         finally:
-            del self._slots[me]
+            self._slots.pop(me, None)  # wind-down may have forgotten it already
 
     async def _deliver(self, gate: Gate, d: Delivery) -> tuple[Outcome, AttemptResult | None]:
         if gate.wire is None:
