@@ -66,13 +66,7 @@ class Deadlines:
 
     def done(self, w: Watch) -> None:
         """The attempt ended (call it in a `finally`)."""
-        members = self._buckets.get(w.bucket)
-        if members is not None and w in members:
-            members.remove(w)
-            self._live -= 1
-        elif w in self._fired:
-            self._fired.remove(w)
-            self._live -= 1
+        self._forget(w)
         self._take_back(w)
 
     def expired(self, w: Watch) -> bool:
@@ -80,12 +74,20 @@ class Deadlines:
         uncancelled), False when it must propagate."""
         if not w.fires:
             return False
-        if w in self._fired:
-            self._fired.remove(w)
-            self._live -= 1
+        self._forget(w)
         # Asked once per cancellation, wherever it is caught; another cancel
         # on top of ours (shutdown) still propagates.
         return self._take_back(w) == 0
+
+    def _forget(self, w: Watch) -> None:
+        """Watched no more: out of its bucket, or of the fired set."""
+        members = self._buckets.get(w.bucket)
+        if members is not None and w in members:
+            members.remove(w)
+            self._live -= 1
+        elif w in self._fired:
+            self._fired.remove(w)
+            self._live -= 1
 
     @staticmethod
     def _take_back(w: Watch) -> int:

@@ -16,7 +16,6 @@ worker loudly: it never runs on half alive.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import random
@@ -42,6 +41,7 @@ from .refresher import Refresher
 from .retry import decide
 from .sender import Sender
 from .settings import Settings
+from .slots import Slots
 
 # How long a failed claim waits before the next try.
 CLAIM_RETRY_S = 1.0
@@ -93,10 +93,7 @@ class Engine:
         self._window_max = self._window.limit
         self._since_claim = 0
         self._last_got = 0  # rows the last claim that ran got: the prober's busy signal
-        # Slots run claimed rows (see _slot): each slot's row, None when idle.
-        self._slots: dict[asyncio.Task[None], Job | None] = {}
-        self._ready: collections.deque[Job] = collections.deque()
-        self._parked: list[asyncio.Future[None]] = []
+        self._slots: Slots[Job] = Slots(self._run_row, lambda: self._window.limit)
         self._background: list[asyncio.Task[None]] = []
         self._claim_failing_since = 0.0
         self._claim_failed = False  # an empty claim that was really a failed one
@@ -250,21 +247,9 @@ class Engine:
             self._retry_timer.cancel()
         # Rows not yet on the wire go back at once; those mid-request get the
         # grace period to finish.
-        while self._ready:
-            d, gate = self._ready.popleft()
+        for d, gate in self._slots.take_ready():
             self._resolve(d, gate, Outcome.handed_back(d), None)
-        for t, job in list(self._slots.items()):
-            if job is None or not job[0].started:
-                t.cancel()
-        busy = {t for t, job in self._slots.items() if job is not None and not t.done()}
-        if busy:
-            await asyncio.wait(busy, timeout=self.settings.grace_s)
-        for t in list(self._slots):
-            t.cancel()
-        if self._slots:
-            await asyncio.wait(set(self._slots), timeout=5)
-        # A slot cancelled before its first step never ran its `finally`.
-        self._slots.clear()
+        await self._slots.stop(lambda job: job[0].started, self.settings.grace_s)
         # Flush before stopping the flusher: this waits for a write already in
         # progress (never cancelled mid-commit, which could apply it twice).
         with contextlib.suppress(Exception):
@@ -385,52 +370,20 @@ class Engine:
         gate.claimed_row()
         self._inflight += 1
         self.stats.claimed += 1
-        self._ready.append((d, gate))
-        # Every row gets a slot free to run it now, a parked one or a new
-        # one: a slot waiting on its endpoint's semaphore or bucket holds up
-        # only its own row.
-        while self._parked:
-            parked = self._parked.pop()
-            if not parked.done():
-                parked.set_result(None)
-                return
-        slot = asyncio.create_task(self._slot())
-        self._slots[slot] = None
+        self._slots.start((d, gate))
 
-    async def _slot(self) -> None:
-        """Runs claimed rows one after another, parking when none is ready.
-
-        A task per row would cost a task's creation, scheduling and done
-        callback per delivery; a slot that finishes a row takes the next at
-        once, with no trip through the event loop.
-        """
-        me = asyncio.current_task()
-        assert me is not None
-        loop = asyncio.get_running_loop()
+    async def _run_row(self, job: Job) -> None:
+        """One claimed row on a slot: sent (or not), then resolved."""
+        d, gate = job
         try:
-            while True:
-                while self._ready:
-                    job = self._slots[me] = self._ready.popleft()
-                    d, gate = job
-                    try:
-                        outcome, result = await self._deliver(gate, d)
-                    except asyncio.CancelledError:
-                        self._slots[me] = None
-                        self._resolve_safely(d, gate, Outcome.handed_back(d), None)  # back unspent
-                        raise
-                    except Exception as exc:
-                        log.event("delivery_task_crashed", logging.ERROR, error=repr(exc)[:200])
-                        outcome, result = Outcome.handed_back(d), None
-                    self._slots[me] = None
-                    self._resolve_safely(d, gate, outcome, result)
-                # Slots beyond the window are not kept waiting after a burst.
-                if self._stopping or len(self._parked) >= self._window.limit:
-                    return
-                parked = loop.create_future()
-                self._parked.append(parked)
-                await parked
-        finally:
-            self._slots.pop(me, None)  # wind-down may have forgotten it already
+            outcome, result = await self._deliver(gate, d)
+        except asyncio.CancelledError:
+            self._resolve_safely(d, gate, Outcome.handed_back(d), None)  # back unspent
+            raise
+        except Exception as exc:
+            log.event("delivery_task_crashed", logging.ERROR, error=repr(exc)[:200])
+            outcome, result = Outcome.handed_back(d), None
+        self._resolve_safely(d, gate, outcome, result)
 
     async def _deliver(self, gate: Gate, d: Delivery) -> tuple[Outcome, AttemptResult | None]:
         if gate.wire is None:
