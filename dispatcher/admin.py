@@ -179,6 +179,7 @@ async def endpoints_create(request: web.Request) -> web.Response:
             box=settings.secret_box(),
             targets=settings.target_policy(),
             app=app,
+            within_quota=True,
         )
     return _json(doc, 201)
 
@@ -246,7 +247,7 @@ async def endpoint_test(request: web.Request) -> web.Response:
     eid = _id(request)
     app = _scope(request, (await _body(request, ("app",))).get("app"))
     async with _conn(request) as conn:
-        return _json(await service.send_test_event(conn, eid, app), 202)
+        return _json(await service.send_test_event(conn, eid, app, within_quota=True), 202)
 
 
 async def endpoints_health(request: web.Request) -> web.Response:
@@ -265,7 +266,7 @@ async def events_create(request: web.Request) -> web.Response:
     app = _scope(request, doc.get("app"))
     max_bytes = request.app[SETTINGS].max_payload_bytes
     async with _conn(request) as conn:
-        result = await service.enqueue_event(conn, doc, max_bytes, app)
+        result = await service.enqueue_event(conn, doc, max_bytes, app, within_quota=True)
     return _json(result, 202)
 
 
@@ -351,6 +352,13 @@ async def applications_create(request: web.Request) -> web.Response:
         return _json(await tenancy.add_application(conn, body.get("id"), body.get("name")), 201)
 
 
+async def application_update(request: web.Request) -> web.Response:
+    """Rename, set or clear (null) quotas: the application document."""
+    body = await _body(request, tenancy.APPLICATION_FIELDS)
+    async with _conn(request) as conn:
+        return _json(await tenancy.update_application(conn, request.match_info["app"], body))
+
+
 async def application_token(request: web.Request) -> web.Response:
     body = await _body(request, ("ttl_s",))
     async with _conn(request) as conn:
@@ -398,7 +406,8 @@ async def alerts(request: web.Request) -> web.Response:
 def build_app(settings: Settings, pool: asyncpg.Pool, token: str,
               metrics_: Metrics | None = None) -> web.Application:  # fmt: skip
     app = web.Application(middlewares=[web_security.guard], client_max_size=2 * 1024 * 1024)
-    web_security.install(app, token, portal_pages.install(app, pool))
+    web_security.install(app, token, portal_pages.install(app, pool),
+                         failures_per_min=settings.auth_failures_per_min)  # fmt: skip
     app[POOL] = pool
     app[SETTINGS] = settings
     app[METRICS] = metrics_ or Metrics()
@@ -431,6 +440,7 @@ def build_app(settings: Settings, pool: asyncpg.Pool, token: str,
     r.add_get("/v1/timeline", timeline)
     r.add_get("/v1/applications", applications_list)
     r.add_post("/v1/applications", applications_create)
+    r.add_patch("/v1/applications/{app}", application_update)
     r.add_post("/v1/applications/{app}/tokens", application_token)
     r.add_post("/v1/applications/{app}/portal-links", application_portal_link)
     portal_pages.add_routes(r)

@@ -22,7 +22,9 @@ from .web_security import (
     SESSION_COOKIE,
     SESSIONS,
     authenticate,
+    credential_failed,
     json_error,
+    refuse_if_locked_out,
     set_session_cookie,
 )
 
@@ -95,13 +97,16 @@ async def login(request: web.Request) -> web.Response:
     origin = request.headers.get("Origin")
     if origin is not None and origin != f"{request.scheme}://{request.host}":
         return json_error(403, "sign in from this server's own page")
+    refuse_if_locked_out(request)  # 429 from the guard
     try:
         form = await request.post()
     except ValueError:
         return _login_page("The form could not be read.", 400)
+    refuse_if_locked_out(request)  # again: other guesses may have failed meanwhile
     token = form.get("token")
     if isinstance(token, str) and request.app[SESSIONS].token_ok(token):
         _signed_in(request)
+    credential_failed(request)
     return _login_page("That token is not the admin token.", 401)
 
 

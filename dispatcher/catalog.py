@@ -138,19 +138,40 @@ async def add_endpoint(
     secret: str,
     box: SecretBox | None = None,
     app: str = DEFAULT_APP,
+    *,
+    within_quota: bool = False,
 ) -> EndpointRecord:
-    try:
-        row = await conn.fetchrow(
-            Q["insert_endpoint"],
-            spec.url,
-            seal(box, secret),
-            *_settings_args(spec, box),
-            _headers_json(seal_headers(box, spec.headers)),
-            app,
-        )
-    except asyncpg.ForeignKeyViolationError:
-        raise BadInput(f"unknown application: {app}") from None
+    """`within_quota`: refused (Conflict) when the application already has
+    its max_endpoints live endpoints."""
+    async with conn.transaction():
+        if within_quota:
+            await _check_endpoint_quota(conn, app)
+        try:
+            row = await conn.fetchrow(
+                Q["insert_endpoint"],
+                spec.url,
+                seal(box, secret),
+                *_settings_args(spec, box),
+                _headers_json(seal_headers(box, spec.headers)),
+                app,
+            )
+        except asyncpg.ForeignKeyViolationError:
+            raise BadInput(f"unknown application: {app}") from None
     return _record(row)
+
+
+async def _check_endpoint_quota(conn: Conn, app: str) -> None:
+    """Locks the application's row until the insert commits, then counts
+    (a statement of its own, so it sees what a create it waited for added)."""
+    row = await conn.fetchrow(Q["lock_endpoint_quota"], app)
+    if row is None:
+        raise BadInput(f"unknown application: {app}")
+    cap = row["max_endpoints"]
+    if cap is not None and await conn.fetchval(Q["live_endpoint_count"], app) >= cap:
+        raise Conflict(
+            f"application {app} has reached its quota of {cap} endpoints (max_endpoints):"
+            " delete one, or ask the operator to raise it"
+        )
 
 
 async def update_endpoint(
@@ -438,6 +459,30 @@ async def require_applications(conn: Conn, apps: Sequence[str]) -> None:
 
 async def list_applications(conn: Conn, app: str | None = None) -> list[dict[str, Any]]:
     return [dict(r) for r in await conn.fetch(Q["list_applications"], app)]
+
+
+async def update_application(
+    conn: Conn, app: str, name: str | None, quotas: dict[str, int | float | None]
+) -> dict[str, Any]:
+    """`quotas`: the ones that change (None clears one)."""
+    row = await conn.fetchrow(
+        Q["update_application"], app, name,
+        "max_endpoints" in quotas, quotas.get("max_endpoints"),
+        "max_events_per_s" in quotas, quotas.get("max_events_per_s"),
+    )  # fmt: skip
+    if row is None:
+        raise UnknownApplication(f"no application {app}")
+    return dict(row)
+
+
+async def take_event_tokens(
+    conn: Conn, app: str | None, n: int, endpoint_id: int | None = None
+) -> float | None:
+    """None when `n` events may be enqueued now (taken from the quota of the
+    application `enqueue` would queue them in, if it has one); else the
+    seconds until they may."""
+    row = await conn.fetchrow(Q["take_event_tokens"], app, float(n), endpoint_id)
+    return None if row is None or row["granted"] else max(0.0, float(row["wait_s"]))
 
 
 async def add_token(conn: Conn, app: str, digest: bytes, ttl_s: float | None) -> datetime | None:

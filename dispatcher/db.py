@@ -15,14 +15,15 @@ from __future__ import annotations
 import contextlib
 import importlib.resources
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from .embedded import with_database
-from .errors import OperationalError
+from .errors import BadInput, OperationalError
+from .shaping import compile_success_body
 
 # What every query function takes: a plain connection or one from a pool.
 Conn = asyncpg.Connection | PoolConnectionProxy
@@ -161,6 +162,32 @@ def migrations() -> list[tuple[int, str, str]]:
     return sorted(found)
 
 
+async def _set_aside_patterns(conn: Conn) -> None:
+    """After 009: success_body patterns are RE2 from now on. An endpoint
+    whose pattern RE2 cannot compile (lookaround, backreferences) is
+    disabled with the reason, rather than dead-lettering its deliveries:
+    its queued rows wait until the pattern is fixed and it is enabled."""
+    rows = await conn.fetch(
+        "SELECT id, success_body FROM endpoints"
+        " WHERE success_body IS NOT NULL AND deleted_at IS NULL"
+    )
+    for r in rows:
+        try:
+            compile_success_body(r["success_body"])
+        except BadInput:
+            await conn.execute(
+                "UPDATE endpoints SET enabled = false, disabled_reason = $2, updated_at = now()"
+                " WHERE id = $1",
+                r["id"],
+                UNUSABLE_PATTERN,
+            )
+
+
+UNUSABLE_PATTERN = "success_body is not RE2 syntax: fix it, then enable the endpoint"
+# Steps a migration needs that SQL cannot take, run in its transaction.
+AFTER: dict[int, Callable[[Conn], Awaitable[None]]] = {9: _set_aside_patterns}
+
+
 async def migrate(conn: Conn, *, upto: int | None = None) -> list[str]:
     """Applies pending migrations; several processes may call it at once.
     `upto`: only those numbered up to it (a database as an older release
@@ -181,6 +208,8 @@ async def migrate(conn: Conn, *, upto: int | None = None) -> list[str]:
                 continue
             async with conn.transaction():
                 await conn.execute(sql)
+                if version in AFTER:
+                    await AFTER[version](conn)
                 await conn.execute(
                     "INSERT INTO dispatcher_migrations (version, name) VALUES ($1, $2)",
                     version,

@@ -381,7 +381,7 @@ class Engine:
             self._resolve_safely(d, gate, Outcome.handed_back(d), None)  # back unspent
             raise
         except Exception as exc:
-            log.event("delivery_task_crashed", logging.ERROR, error=repr(exc)[:200])
+            log.event("delivery_task_crashed", logging.ERROR, error=log.crash_site(exc))
             outcome, result = Outcome.handed_back(d), None
         self._resolve_safely(d, gate, outcome, result)
 
@@ -417,7 +417,7 @@ class Engine:
         try:
             self._resolve(d, gate, outcome, result)
         except Exception as exc:
-            log.event("delivery_resolve_crashed", logging.ERROR, error=repr(exc)[:200])
+            log.event("delivery_resolve_crashed", logging.ERROR, error=log.crash_site(exc))
 
     def _resolve(
         self, d: Delivery, gate: Gate, outcome: Outcome, result: AttemptResult | None
@@ -486,7 +486,7 @@ def _fd_limit() -> int | None:
 
 
 def _crashed(exc: Exception) -> AttemptResult:
-    log.event("attempt_crashed", logging.ERROR, error=f"{type(exc).__name__}: {exc}"[:200])
+    log.event("attempt_crashed", logging.ERROR, error=log.crash_site(exc))
     return AttemptResult(
         verdict=Verdict.RETRYABLE,
         status_code=None,

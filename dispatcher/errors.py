@@ -6,7 +6,8 @@
     │   │   ├── UnknownEndpoint
     │   │   └── UnknownApplication
     │   ├── Forbidden         outside the caller's application (HTTP 403)
-    │   └── Conflict          refused in the current state (HTTP 409)
+    │   ├── Conflict          refused in the current state (HTTP 409)
+    │   └── Throttled         past a rate quota, try again later (HTTP 429)
     ├── TargetRefused     the SSRF guard refused a destination
     └── OperationalError  the database or the machine failed us (CLI exit 1)
 
@@ -45,6 +46,15 @@ class Forbidden(BadInput):
 class Conflict(BadInput):
     """The request is well-formed but the state refuses it (an endpoint
     with queued deliveries cannot be deleted without force)."""
+
+
+class Throttled(BadInput):
+    """Past an application's events quota: nothing was done; the same call
+    may succeed after `retry_after_s` (whole seconds, at least 1)."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class TargetRefused(DispatcherError):

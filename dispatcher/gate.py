@@ -29,7 +29,7 @@ from . import concurrency, log
 from .breaker import Breaker, BreakerState, admits, effective_threshold, fold, half_open
 from .models import AttemptResult, Endpoint, Verdict, validate_headers
 from .sender import EndpointWire
-from .shaping import url_sample
+from .shaping import compile_success_body, url_sample
 from .ssrf import validate_url
 from .store import EndpointState
 
@@ -383,18 +383,12 @@ class Gates:
         seen = set()
         due = []
         for state in states:
-            endpoint = state.endpoint
-            seen.add(endpoint.id)
-            gate = self._gates.get(endpoint.id)
-            if gate is None or gate.endpoint != endpoint or gate.broken != state.broken:
-                wire, broken = self._wired(gate, state)
-                if gate is None:
-                    gate = self._gates[endpoint.id] = Gate(endpoint, wire, state.breaker, broken)
-                    self.ids.append(endpoint.id)
-                else:
-                    gate.reconfigure(endpoint, wire, broken)
-            gate.apply_share(workers, index)
-            gate.sync(state, worker, now_mono)
+            seen.add(state.endpoint.id)
+            try:
+                gate = self._applied(state, worker, workers, index, now_mono)
+            except Exception as exc:
+                # Whatever a row holds, it stops only its own deliveries.
+                gate = self._set_aside(state, f"settings unusable ({type(exc).__name__})")
             if state.breaker.state is not BreakerState.CLOSED:
                 due.append(gate)
         for gone in set(self._gates) - seen:
@@ -402,6 +396,42 @@ class Gates:
                 del self._gates[gone]
                 self.ids.remove(gone)
         return due
+
+    def _applied(
+        self, state: EndpointState, worker: str, workers: int, index: int, now_mono: float
+    ) -> Gate:
+        endpoint = state.endpoint
+        gate = self._gates.get(endpoint.id)
+        if gate is None or gate.endpoint != endpoint or gate.broken != state.broken:
+            wire, broken = self._wired(gate, state)
+            if gate is None:
+                gate = Gate(endpoint, wire, state.breaker, broken)
+                self._add(gate)
+            else:
+                gate.reconfigure(endpoint, wire, broken)
+        gate.apply_share(workers, index)
+        gate.sync(state, worker, now_mono)
+        return gate
+
+    def _add(self, gate: Gate) -> None:
+        if gate.endpoint.id not in self._gates:
+            self.ids.append(gate.endpoint.id)
+        self._gates[gate.endpoint.id] = gate
+
+    def _set_aside(self, state: EndpointState, reason: str) -> Gate:
+        """A gate with default settings that dead-letters the endpoint's
+        deliveries with `reason` (rows already claimed finish as they were)."""
+        ep = state.endpoint
+        stand_in = Endpoint(id=ep.id, url=ep.url, secrets=(), enabled=ep.enabled, app=ep.app)
+        old = self._gates.get(ep.id)
+        if old is not None and old.broken == reason:
+            return old
+        log.event("endpoint_broken", logging.ERROR, endpoint_id=ep.id, reason=reason)
+        gate = Gate(stand_in, None, state.breaker, reason)
+        if old is not None:
+            gate.claimed = old.claimed
+        self._add(gate)
+        return gate
 
     def _wired(
         self, gate: Gate | None, state: EndpointState
@@ -418,20 +448,32 @@ class Gates:
             ):
                 wire = gate.wire
             else:
-                try:
-                    # The checks endpoint add makes: a row written some other
-                    # way gets them here, before anything is sent.
-                    validate_url(url_sample(ep.url))
-                    validate_headers(ep.headers)
-                    wire = self._wire(ep)
-                except Exception as exc:
-                    broken = f"{type(exc).__name__}: {exc}"[:200]
+                wire, broken = self._built(ep)
         if broken != (gate.broken if gate is not None else None):
             if broken is None:
                 log.event("endpoint_usable", endpoint_id=ep.id)
             else:
                 log.event("endpoint_broken", logging.ERROR, endpoint_id=ep.id, reason=broken)
         return wire, broken
+
+    def _built(self, ep: Endpoint) -> tuple[EndpointWire | None, str | None]:
+        """The checks endpoint add makes, then the wire; a row written some
+        other way gets them here, before anything is sent. The reason is
+        ours, never the row's text (its URL or header values)."""
+        checks: tuple[tuple[str, Callable[[], object]], ...] = (
+            ("url refused", lambda: validate_url(url_sample(ep.url))),
+            ("headers invalid", lambda: validate_headers(ep.headers)),
+            ("success_body is not RE2 syntax", lambda: compile_success_body(ep.success_body)),
+        )
+        for reason, check in checks:
+            try:
+                check()
+            except Exception:
+                return None, reason
+        try:
+            return self._wire(ep), None
+        except Exception as exc:
+            return None, f"wire unusable ({type(exc).__name__})"
 
     def results_written(self, counts: dict[int, int], breakers: dict[int, Breaker]) -> None:
         for endpoint_id, n in counts.items():

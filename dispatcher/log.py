@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -47,8 +48,21 @@ class _JsonFormatter(logging.Formatter):
             doc["logger"] = record.name
             if record.exc_info and record.exc_info[1] is not None:
                 exc = record.exc_info[1]
-                doc["error"] = f"{type(exc).__name__}: {str(exc).strip()[:200]}"
+                doc["error"] = crash_site(exc)
         return orjson.dumps(doc, default=str).decode()
+
+
+def crash_site(exc: BaseException) -> str:
+    """An unexpected exception as its type and the line that raised it:
+    enough to find the bug, and never its message, which may carry a URL
+    with macro values, payload fields or bytes a receiver sent."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return type(exc).__name__
+    code = tb.tb_frame.f_code
+    return f"{type(exc).__name__} at {Path(code.co_filename).name}:{tb.tb_lineno} ({code.co_name})"
 
 
 def setup(level: str = "info", sensitive_fields: tuple[str, ...] = ()) -> None:

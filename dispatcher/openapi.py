@@ -73,6 +73,15 @@ _ENDPOINT_FIELDS: dict[str, Any] = {
                    "description": "PEM private key for mTLS (shown as ••••)"},
 }
 
+_QUOTAS: dict[str, Any] = {
+    "max_endpoints": {"type": "integer", "minimum": 0, "maximum": 1000000, "nullable": True,
+                      "description": "live endpoints it may create over the API (null: no quota)"},
+    "max_events_per_s": {"type": "number", "minimum": 0.001, "maximum": 1000000, "nullable": True,
+                         "description": "events per second over the API, in bursts of up to "
+                                        "max(1, this) (null: no quota)"},
+}
+_REFUSED = {"content": {"application/json": {"schema": _ref("Error")}}}
+
 OPENAPI: dict[str, Any] = {
     "openapi": "3.0.3",
     "info": {"title": "dispatcher admin API", "version": __version__},
@@ -129,7 +138,9 @@ OPENAPI: dict[str, Any] = {
             "Application": {
                 "type": "object",
                 "properties": {"id": _STR, "name": _STR, "created_at": _TS,
-                               "endpoints": _INT, "queue_depth": _INT},
+                               "endpoints": _INT, "queue_depth": _INT,
+                               "max_endpoints": _QUOTAS["max_endpoints"],
+                               "max_events_per_s": _QUOTAS["max_events_per_s"]},
             },
             "Replay": {
                 "type": "object",
@@ -158,7 +169,8 @@ OPENAPI: dict[str, Any] = {
                     "responses": _ok({"type": "array", "items": _ref("Endpoint")})},
             "post": {"summary": "Create an endpoint (the response carries its secret)",
                      "requestBody": _body(_ref("EndpointCreate")),
-                     "responses": _ok(_ref("Endpoint"), "201")},
+                     "responses": {**_ok(_ref("Endpoint"), "201"),
+                                   "409": {"description": "The application has max_endpoints live endpoints", **_REFUSED}}},
         },
         "/v1/endpoints/health": {"get": {"summary": "Breaker state, percentiles, attempts and 2xx share "
                                                     "over the last hour, per endpoint",
@@ -217,7 +229,11 @@ OPENAPI: dict[str, Any] = {
             }})}},
         "/v1/events": {"post": {"summary": "Enqueue an event (fan-out to subscribers)",
                                 "requestBody": _body(_ref("Event")),
-                                "responses": _ok(_ref("Enqueued"), "202")}},
+                                "responses": {**_ok(_ref("Enqueued"), "202"),
+                                              "429": {"description": "Over the application's max_events_per_s; nothing "
+                                                                     "queued; try again after Retry-After seconds",
+                                                      "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 1}}},
+                                                      **_REFUSED}}}},
         "/v1/deliveries": {"get": {
             "summary": "Deliveries of one event, each with its attempts (?event_id=); without it, "
                        "the newest deliveries, optionally of one status and one endpoint",
@@ -262,6 +278,14 @@ OPENAPI: dict[str, Any] = {
                      "responses": {**_ok(_ref("Application"), "201"),
                                    "409": {"description": "Exists", "content": {"application/json": {"schema": _ref("Error")}}}}},
         },
+        "/v1/applications/{app}": {"parameters": [_APP_PATH], "patch": {
+            "summary": "Rename an application or set its quotas, enforced on this API (admin); "
+                       "a field left out stays, a quota null is cleared",
+            "requestBody": _body({"type": "object", "properties": {
+                "name": {"type": "string", "minLength": 1, "maxLength": 200}, **_QUOTAS},
+                "additionalProperties": False}),
+            "responses": _ok({"type": "object", "properties": {
+                "id": _STR, "name": _STR, **_QUOTAS}})}},
         "/v1/applications/{app}/tokens": {"parameters": [_APP_PATH], "post": {
             "summary": "A new API token of the application, shown only in this answer (admin)",
             "requestBody": _body({"type": "object", "properties": {"ttl_s": _TTL}, "additionalProperties": False}, False),

@@ -18,7 +18,13 @@ from aiohttp import web
 
 from . import db, tenancy
 from .admin_pages import CSRF_PLACEHOLDER, _html, _static
-from .web_security import PORTAL_COOKIE, Resolver, set_session_cookie
+from .web_security import (
+    PORTAL_COOKIE,
+    Resolver,
+    credential_failed,
+    refuse_if_locked_out,
+    set_session_cookie,
+)
 
 PORTAL_PATH = "/portal"
 
@@ -51,14 +57,31 @@ def _signed_out(message: str) -> web.Response:
 
 
 async def login(request: web.Request) -> web.Response:
-    """`?code=` once: a session cookie and 303 to the portal; else 401."""
+    """`?code=` once: a session cookie and 303 to the portal; else 401.
+
+    HEAD answers 200 and spends nothing: mail scanners fetch links so, and
+    the code must still work for the person who clicks it. A wrong code
+    counts towards the address's lockout (429 from the guard)."""
+    if request.method == "HEAD":
+        return web.Response(content_type="text/html")
     code = request.query.get("code", "")
-    app = None
-    if 0 < len(code) <= 200:
-        # One transaction: a session that cannot be opened leaves the code unspent.
-        async with db.acquire(_pool(request)) as conn, conn.transaction():
-            app = await tenancy.redeem_code(conn, code)
-            sid = await tenancy.open_session(conn, app) if app is not None else ""
+    app, sid = None, ""
+    if code:
+        refuse_if_locked_out(request)
+        if len(code) > 200:
+            credential_failed(request)
+        else:
+            # One transaction: a session that cannot be opened leaves the code unspent.
+            async with db.acquire(_pool(request)) as conn, conn.transaction():
+                app = await tenancy.redeem_code(conn, code)
+                # Other guesses may have failed meanwhile: 429, and the
+                # rollback leaves a right code unspent. No await between
+                # this check and the count.
+                refuse_if_locked_out(request)
+                if app is None:
+                    credential_failed(request)
+                else:
+                    sid = await tenancy.open_session(conn, app)
     if app is None:
         return _signed_out("This sign-in link is not valid: it was used already, or it expired.")
     redirect = web.HTTPSeeOther(PORTAL_PATH)

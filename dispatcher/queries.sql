@@ -599,9 +599,9 @@ ON CONFLICT (id) DO NOTHING
 RETURNING id, name, created_at;
 
 -- name: list_applications
--- With each one's live endpoints and queue depth (pending, retrying, in
--- flight), counted from the claim index per endpoint.
-SELECT a.id, a.name, a.created_at,
+-- With each one's quotas, live endpoints and queue depth (pending,
+-- retrying, in flight), counted from the claim index per endpoint.
+SELECT a.id, a.name, a.created_at, a.max_endpoints, a.max_events_per_s,
        (SELECT count(*) FROM endpoints e
         WHERE e.application_id = a.id AND e.deleted_at IS NULL) AS endpoints,
        (SELECT count(*) FROM endpoints e JOIN webhook_queue q ON q.endpoint_id = e.id
@@ -610,6 +610,57 @@ SELECT a.id, a.name, a.created_at,
 FROM applications a
 WHERE ($1::text IS NULL OR a.id = $1)
 ORDER BY a.id;
+
+-- name: update_application
+-- $2: a new name or NULL; $3 / $5: whether max_endpoints / max_events_per_s
+-- change, to $4 / $6 (NULL: no quota). The events bucket stays as it is:
+-- its level is capped by the new capacity when next read.
+UPDATE applications SET
+    name = coalesce($2, name),
+    max_endpoints = CASE WHEN $3::boolean THEN $4::integer ELSE max_endpoints END,
+    max_events_per_s = CASE WHEN $5::boolean THEN $6::float8 ELSE max_events_per_s END
+WHERE id = $1
+RETURNING id, name, max_endpoints, max_events_per_s;
+
+-- name: lock_endpoint_quota
+-- Held until the endpoint's insert commits, so that two concurrent creates
+-- of one application count each other. NO KEY UPDATE: the inserts' own
+-- foreign-key checks (KEY SHARE) do not wait on it.
+SELECT max_endpoints FROM applications WHERE id = $1 FOR NO KEY UPDATE;
+
+-- name: live_endpoint_count
+SELECT count(*) FROM endpoints WHERE application_id = $1 AND deleted_at IS NULL;
+
+-- name: take_event_tokens
+-- The events quota (schema 009): $2 tokens from the bucket of application
+-- $1 (NULL: as dispatcher_enqueue decides, the application of endpoint $3
+-- or the default), in one UPDATE whose row lock makes concurrent takes, of
+-- any process, wait for each other and then re-read the level. A take
+-- larger than the bucket's capacity waits for a full bucket and leaves it
+-- in debt, so the average rate holds. No row: no quota (or no such
+-- application), and nothing was written. Refused: the seconds until enough
+-- tokens, as of this statement's snapshot (advice, not a promise).
+WITH app AS (
+    SELECT coalesce($1::text, (SELECT application_id FROM endpoints
+                               WHERE id = $3::bigint AND deleted_at IS NULL), 'default') AS id
+), took AS (
+    UPDATE applications
+    SET event_tokens = dispatcher_bucket_level(event_tokens, event_tokens_at, max_events_per_s)
+                       - $2::float8,
+        event_tokens_at = greatest(event_tokens_at, statement_timestamp())
+    WHERE id = (SELECT id FROM app) AND max_events_per_s IS NOT NULL
+      AND dispatcher_bucket_level(event_tokens, event_tokens_at, max_events_per_s)
+          >= least($2, greatest(1, max_events_per_s))
+    RETURNING true AS granted, 0::float8 AS wait_s
+)
+SELECT granted, wait_s FROM took
+UNION ALL
+SELECT false, (least($2, greatest(1, max_events_per_s))
+               - dispatcher_bucket_level(event_tokens, event_tokens_at, max_events_per_s))
+              / max_events_per_s
+FROM applications
+WHERE id = (SELECT id FROM app) AND max_events_per_s IS NOT NULL
+  AND NOT EXISTS (SELECT FROM took);
 
 -- name: insert_token
 INSERT INTO application_tokens (application_id, token_hash, expires_at)

@@ -8,6 +8,7 @@ up to a small cap only so the connection can go back to the pool.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import socket
@@ -97,6 +98,67 @@ class GuardedResolver(AbstractResolver):
 
     async def close(self) -> None:
         await self._inner.close()
+
+
+# What an attempt's error says: a fixed class and at most a short detail of
+# ours (SPEC "Limits"). Never an exception's own text: aiohttp's messages
+# carry the request URL (macro values filled in) and bytes the receiver
+# sent, and last_error is shown to operators, customers and pg_dump.
+_ERRNO_CLASSES = {
+    errno.ECONNREFUSED: "connection refused",
+    errno.ECONNRESET: "connection reset",
+    errno.EPIPE: "connection reset",
+    errno.ECONNABORTED: "connection reset",
+    errno.ENETUNREACH: "connection error: network unreachable",
+    errno.EHOSTUNREACH: "connection error: host unreachable",
+    errno.ETIMEDOUT: "timeout",
+}
+
+
+def attempt_error(exc: BaseException) -> str:
+    """The class of a failed attempt's error, from the exception's type
+    (and errno), never from its message."""
+    if isinstance(exc, aiohttp.ClientHttpProxyError):
+        return f"proxy: HTTP {exc.status}"
+    if isinstance(exc, aiohttp.ClientProxyConnectionError):
+        return "proxy: connection failed"
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return "tls: certificate not trusted"
+    if isinstance(exc, aiohttp.ClientSSLError | ssl.SSLError):
+        return "tls: handshake failed"
+    if isinstance(exc, aiohttp.ClientConnectorDNSError | socket.gaierror):
+        return "dns: name did not resolve"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "connection reset: closed before the response"
+    if isinstance(exc, aiohttp.ClientConnectionResetError | ConnectionResetError):
+        return "connection reset"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return "bad response: body"
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return "bad response"
+    if isinstance(exc, aiohttp.ServerTimeoutError):
+        return "timeout"
+    if isinstance(exc, aiohttp.InvalidUrlClientError):
+        return "url invalid"
+    oserror = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else exc
+    if isinstance(oserror, OSError) and oserror.errno in _ERRNO_CLASSES:
+        return _ERRNO_CLASSES[oserror.errno]
+    if isinstance(exc, aiohttp.ClientConnectionError | OSError):
+        return "connection error"
+    return f"request failed ({type(exc).__name__})"
+
+
+def refused_target(reason: str) -> str:
+    """The SSRF guard's refusal, as stored: which kind, not which host."""
+    if "canonical" in reason:
+        kind = "not a canonical IPv4 address"
+    elif "did not resolve" in reason:
+        kind = "name did not resolve"
+    elif "unparseable" in reason:
+        kind = "unparseable address"
+    else:
+        kind = "non-public address (DISPATCHER_ALLOW_PRIVATE_TARGETS)"
+    return f"refused target: {kind}"
 
 
 CONTENT_TYPES = {"json": "application/json", "form": "application/x-www-form-urlencoded"}
@@ -306,7 +368,7 @@ class Sender:
                 verdict=Verdict.PERMANENT,
                 status_code=None,
                 response_ms=0,
-                error=f"refused target: {wire.url_refusal}"[:MAX_ERROR_LEN],
+                error=refused_target(wire.url_refusal),
             )
         now = time.time()
         ts = int(now)
@@ -348,21 +410,19 @@ class Sender:
                     if not self.deadlines.expired(watch):
                         raise
         except TargetRefused as exc:
-            return self._failed(Verdict.PERMANENT, t0, f"refused target: {exc}")
+            return self._failed(Verdict.PERMANENT, t0, refused_target(str(exc)))
         except asyncio.CancelledError:
             if not self.deadlines.expired(watch):
                 raise
             return self._failed(
                 Verdict.RETRYABLE, t0, f"timeout after {wire.timeout_ms} ms", timed_out=True
             )
-        except aiohttp.ClientConnectorError as exc:
-            return self._failed(Verdict.RETRYABLE, t0, f"connection error: {exc.os_error}")
-        except TimeoutError as exc:
+        except TimeoutError:
             # Not ours (a limit of asyncio's, the TLS handshake's say): still
             # the endpoint too slow to answer, for its adaptive limit too.
-            return self._failed(Verdict.RETRYABLE, t0, f"TimeoutError: {exc}", timed_out=True)
+            return self._failed(Verdict.RETRYABLE, t0, "timeout", timed_out=True)
         except (aiohttp.ClientError, OSError) as exc:
-            return self._failed(Verdict.RETRYABLE, t0, f"{type(exc).__name__}: {exc}")
+            return self._failed(Verdict.RETRYABLE, t0, attempt_error(exc))
         finally:
             self.deadlines.done(watch)
         verdict = classify_status(status)

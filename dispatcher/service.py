@@ -10,6 +10,7 @@ catalog does) and never formats output for a terminal or an HTTP response.
 from __future__ import annotations
 
 import asyncio
+import math
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ import orjson
 
 from . import catalog
 from .db import Conn
-from .errors import BadInput
+from .errors import BadInput, Throttled
 from .inputs import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     check_event_type,
@@ -123,19 +124,24 @@ async def add_endpoint(
     box: SecretBox | None = None,
     targets: TargetPolicy | None = None,
     app: str | None = None,
+    within_quota: bool = False,
 ) -> dict[str, Any]:
     """Creates an endpoint of `app` (None: the default application);
     without a secret in `spec`, one of `signature`'s scheme.
 
     `targets`: the deployment's SSRF policy, checked against the URL's
     literal address (the CLI and the API pass theirs; None only for trusted
-    callers of the Python API, whose URLs the worker still checks)."""
+    callers of the Python API, whose URLs the worker still checks).
+    `within_quota` (the HTTP API): Conflict past the application's
+    max_endpoints; the operator's CLI and the Python API are not held to it."""
+    spec.validate()  # a spec built in Python skips spec_from_fields: same ranges
     if targets is not None:
         await vet_target(spec.url, targets)
     if any(value == HEADER_MASK for _, value in spec.headers):
         raise BadInput(f"a header value {HEADER_MASK} only keeps a stored value in an update")
     secret = spec.secret or new_secret(signature)
-    record = await catalog.add_endpoint(conn, spec, secret, box, check_app(app or DEFAULT_APP))
+    app = check_app(app or DEFAULT_APP)
+    record = await catalog.add_endpoint(conn, spec, secret, box, app, within_quota=within_quota)
     return endpoint_public(record, secret=secret)
 
 
@@ -283,20 +289,47 @@ async def enqueue_event(
     doc: Mapping[str, Any],
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     app: str | None = None,
+    within_quota: bool = False,
 ) -> dict[str, Any]:
     """`enqueue` for one event given as a JSON document (an API body);
-    `app` is the application the document's own "app" resolved to."""
+    `app` is the application the document's own "app" resolved to.
+    `within_quota` (the HTTP API): Throttled, with nothing queued, past the
+    application's max_events_per_s."""
     event_id, event_type, payload, endpoint, _ = parse_event(doc, max_payload_bytes)
-    ids = await catalog.enqueue(conn, event_type, payload, event_id, endpoint, _app(app))
+    app = _app(app)
+    if within_quota:
+        await take_event_quota(conn, app, 1, endpoint)
+    ids = await catalog.enqueue(conn, event_type, payload, event_id, endpoint, app)
     return {"event_id": event_id, "deliveries": ids}
+
+
+async def take_event_quota(
+    conn: Conn, app: str | None, n: int, endpoint_id: int | None = None
+) -> None:
+    """Takes `n` events from the quota of the application they go to (as
+    `enqueue` resolves it), or raises Throttled and takes nothing. Tokens
+    taken stay taken if the enqueue then fails: a refused call costs its
+    share like any other."""
+    wait_s = await catalog.take_event_tokens(conn, app, n, endpoint_id)
+    if wait_s is not None:
+        retry = max(1, math.ceil(wait_s))
+        raise Throttled(
+            f"over this application's events quota (max_events_per_s): retry in {retry} s", retry
+        )
 
 
 TEST_EVENT_TYPE = "dispatcher.test"
 
 
-async def send_test_event(conn: Conn, endpoint_id: int, app: str | None = None) -> dict[str, Any]:
+async def send_test_event(
+    conn: Conn, endpoint_id: int, app: str | None = None, *, within_quota: bool = False
+) -> dict[str, Any]:
     """One `dispatcher.test` event to this endpoint only (its subscriptions
-    and filter are not asked), as a receiver's owner checks the wiring."""
+    and filter are not asked), as a receiver's owner checks the wiring.
+    `within_quota` (the HTTP API): it counts against the events quota, or
+    test events would be a way around it."""
+    if within_quota:
+        await take_event_quota(conn, app, 1, endpoint_id)
     event_id = event_id_of(None)
     text = orjson.dumps(
         {"type": TEST_EVENT_TYPE, "endpoint_id": endpoint_id, "message": "a test event"}

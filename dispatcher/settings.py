@@ -96,6 +96,8 @@ class Settings:
     secret_key: str | None = None  # DISPATCHER_SECRET_KEY: encrypts endpoint secrets at rest
     allowed_networks: tuple[str, ...] = ()  # private networks allowed despite the SSRF guard
     max_payload_bytes: int = 256 * 1024
+    # Failed credentials per client address per minute before 429 (0: off).
+    auth_failures_per_min: int = 20
     # Egress: extra trusted CA certificates (PEM) for https targets, beside
     # the system store (DISPATCHER_CA_FILE).
     ca_file: Path | None = None
@@ -126,6 +128,7 @@ class Settings:
             secret_key=env.get("DISPATCHER_SECRET_KEY") or None,
             allowed_networks=_networks(env.get("DISPATCHER_ALLOWED_NETWORKS", "")),
             max_payload_bytes=max(1, _int(env, "DISPATCHER_MAX_PAYLOAD_BYTES", 256 * 1024)),
+            auth_failures_per_min=_int(env, "DISPATCHER_AUTH_FAILURES_PER_MIN", 20),
             sensitive_fields=_names(env.get("DISPATCHER_SENSITIVE_FIELDS"), SENSITIVE_FIELDS),
             http_proxy=env.get("DISPATCHER_HTTP_PROXY") or None,
             ca_file=Path(env["DISPATCHER_CA_FILE"]) if env.get("DISPATCHER_CA_FILE") else None,

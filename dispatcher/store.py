@@ -16,7 +16,7 @@ import asyncpg
 from .breaker import Breaker, BreakerState, effective_threshold
 from .catalog import settings_from_row, unseal_headers
 from .db import MAINTENANCE_LOCK, Conn, Q
-from .models import Delivery, Endpoint, Outcome
+from .models import Delivery, Endpoint, Outcome, out_of_range
 from .secretbox import PREFIX as SEALED
 from .secretbox import SecretBox, SecretUnreadable, unseal
 from .tablehealth import HOT_TABLES, TableHealth
@@ -59,15 +59,26 @@ class EndpointState(NamedTuple):
 def _decoded(
     r: asyncpg.Record, box: SecretBox | None
 ) -> tuple[Endpoint, str | None, SecretUnreadable | None]:
-    """The row as an Endpoint; or, when a column no longer decodes (written by
-    hand, by an older version, sealed with another key), a stand-in that
-    carries the reason: one bad row must never stop the refresh of the rest."""
+    """The row as an Endpoint; or, when it cannot be used (a column that no
+    longer decodes, a setting out of range: written by hand, by an older
+    version, sealed with another key), a stand-in with default settings
+    that carries the reason. One bad row must never stop the refresh of the
+    rest, and the reason is ours: never the row's text (its URL, headers)."""
+    unreadable = None
     try:
-        return endpoint_from_row(r, r["old_secrets"], box), None, None
+        endpoint = endpoint_from_row(r, r["old_secrets"], box)
+        reason = out_of_range(endpoint)
+        if reason is None:
+            return endpoint, None, None
+    except SecretUnreadable as exc:
+        reason, unreadable = "secret unreadable (DISPATCHER_SECRET_KEY)", exc
     except Exception as exc:
-        stand_in = Endpoint(id=r["id"], url=str(r["url"]), secrets=(), enabled=bool(r["enabled"]))
-        unreadable = exc if isinstance(exc, SecretUnreadable) else None
-        return stand_in, f"{type(exc).__name__}: {exc}"[:200], unreadable
+        reason = f"row unreadable ({type(exc).__name__})"
+    stand_in = Endpoint(
+        id=r["id"], url=str(r["url"]), secrets=(), enabled=r["enabled"] is True,
+        app=str(r["application_id"]),
+    )  # fmt: skip
+    return stand_in, reason, unreadable
 
 
 async def engine_endpoints(

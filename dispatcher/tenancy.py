@@ -17,7 +17,7 @@ import hashlib
 import hmac
 import re
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -55,15 +55,53 @@ def _ttl(value: Any, name: str = "ttl_s") -> float:
 # ---------------------------------------------------------------- applications
 
 
+def _name(value: Any) -> str:
+    if not isinstance(value, str) or not 1 <= len(value.strip()) <= 200:
+        raise BadInput("name must be 1-200 characters")
+    return value.strip()
+
+
 async def add_application(conn: Conn, app: Any, name: Any = None) -> dict[str, Any]:
     """`name` defaults to the id. An existing id: Conflict."""
     app = check_app(app, "application id")
-    if name is None:
-        name = app
-    if not isinstance(name, str) or not 1 <= len(name.strip()) <= 200:
-        raise BadInput("name must be 1-200 characters")
-    row = await catalog.add_application(conn, app, name.strip())
+    row = await catalog.add_application(conn, app, _name(app if name is None else name))
     return {"id": row["id"], "name": row["name"]}
+
+
+# The operator's quotas (SPEC "Limits"), enforced on the HTTP API only.
+MAX_ENDPOINTS_RANGE = (0, 1_000_000)
+MAX_EVENTS_PER_S_RANGE = (0.001, 1_000_000.0)
+APPLICATION_FIELDS = ("name", "max_endpoints", "max_events_per_s")
+_CLEAR = " (none, or null in JSON: no quota)"
+
+
+def check_quota(name: str, value: Any) -> int | float | None:
+    """A quota as given (None clears it), checked against its range."""
+    if value is None:
+        return None
+    if name == "max_endpoints":
+        low, high = MAX_ENDPOINTS_RANGE
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise BadInput(f"max_endpoints must be an integer from {low} to {high}{_CLEAR}")
+        return value
+    low_f, high_f = MAX_EVENTS_PER_S_RANGE
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not low_f <= value <= high_f:
+        raise BadInput(f"max_events_per_s must be a number from {low_f:g} to {high_f:.0f}{_CLEAR}")
+    return float(value)
+
+
+async def update_application(conn: Conn, app: Any, patch: Mapping[str, Any]) -> dict[str, Any]:
+    """Renames an application and sets or clears its quotas: the fields in
+    `patch` change (a quota None: no quota), the others stay. Answers the
+    application document; an unknown application: NotFound."""
+    app = check_app(app)
+    unknown = sorted(set(patch) - set(APPLICATION_FIELDS))
+    if unknown:
+        raise BadInput(f"unknown field: {unknown[0]}")
+    name = _name(patch["name"]) if "name" in patch else None
+    quotas = {k: check_quota(k, v) for k, v in patch.items() if k != "name"}
+    return await catalog.update_application(conn, app, name, quotas)
 
 
 async def list_applications(conn: Conn, app: str | None = None) -> list[dict[str, Any]]:

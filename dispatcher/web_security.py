@@ -6,6 +6,10 @@ application's credential is (a `dtk_` token, or a portal session cookie)
 and which routes it may call, the security headers on every response, and
 the turning of every error into a JSON answer: an input error is a 4xx with
 `{"error": …}`, anything else a logged one-line 500, never a traceback. It
+also owns the lockout of a client address that offered too many wrong
+credentials (bearer tokens here, the sign-ins in the pages' modules, all
+through `refuse_if_locked_out` and `credential_failed`; the policy is
+throttle's), keyed on the connection's address, never on a header. It
 never touches the database (application credentials are looked up through
 the `Resolver` the server installs) and knows nothing of the routes but
 which ones are open and which an application may use.
@@ -28,7 +32,16 @@ from aiohttp.web_request import BaseRequest
 
 from . import db, log
 from .cli_format import to_json
-from .errors import BadInput, Conflict, DispatcherError, Forbidden, NotFound, TargetRefused
+from .errors import (
+    BadInput,
+    Conflict,
+    DispatcherError,
+    Forbidden,
+    NotFound,
+    TargetRefused,
+    Throttled,
+)
+from .throttle import FailureThrottle, address_key
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -139,11 +152,43 @@ class Resolver:
 
 
 SESSIONS: web.AppKey[Sessions] = web.AppKey("sessions", Sessions)
+THROTTLE: web.AppKey[FailureThrottle] = web.AppKey("throttle", FailureThrottle)
 RESOLVER: web.AppKey[Resolver] = web.AppKey("resolver", Resolver)
 CSRF: web.RequestKey[str] = web.RequestKey("csrf", str)
 # Set when an application's credential made the request: the application.
 APP: web.RequestKey[str] = web.RequestKey("app", str)
 BODY_BROKEN: web.RequestKey[bool] = web.RequestKey("body_broken", bool)
+
+
+class LockedOut(Exception):
+    """This client address offered too many wrong credentials: 429."""
+
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__("too many failed credentials from this address: try again later")
+        self.retry_after_s = retry_after_s
+
+
+def _client(request: web.Request) -> str:
+    # The connection's own address: X-Forwarded-For is the client's to write.
+    return address_key(request.remote)
+
+
+def refuse_if_locked_out(request: web.Request) -> None:
+    """LockedOut while this address is past its failures, even for a right
+    credential (it could be the guess that works).
+
+    Asked before a credential is checked, and again once a lookup that
+    awaited has its answer, before that answer is shown or recorded: guesses
+    sent all at once pass the first check together, and only the second
+    keeps the answers to all but the first `limit` of them hidden."""
+    wait = request.app[THROTTLE].retry_after(_client(request), time.monotonic())
+    if wait is not None:
+        raise LockedOut(wait)
+
+
+def credential_failed(request: web.Request) -> None:
+    """A credential this request offered was wrong (unknown, expired, revoked)."""
+    request.app[THROTTLE].failed(_client(request), time.monotonic())
 
 
 def _bearer(request: web.Request) -> str | None:
@@ -160,22 +205,18 @@ def _same_origin(request: web.Request) -> bool:
 
 async def authenticate(request: web.Request) -> str | None:
     """None when the request may go on, with APP set for an application's
-    credential (and CSRF for a cookie); else why not (401)."""
+    credential (and CSRF for a cookie); else why not (401). LockedOut
+    (429) while this address is locked out; a wrong bearer token counts
+    towards that."""
+    refuse_if_locked_out(request)
     sessions = request.app[SESSIONS]
     offered = _bearer(request)
     if offered is not None:
-        # The admin token first: an operator's token may begin like anything.
-        if sessions.token_ok(offered):
-            return None
-        if offered.startswith(TOKEN_PREFIX):
-            found = await request.app[RESOLVER].token(offered)
-            if found is None:
-                return "unknown application token"
-            if not found[1]:
-                return "application token expired or revoked"
-            request[APP] = found[0]
-            return None
-        return "missing or wrong bearer token"
+        why = await _check_bearer(request, offered)
+        refuse_if_locked_out(request)
+        if why is not None:
+            credential_failed(request)
+        return why
     # A portal session before the dashboard's: if a browser holds both, it
     # acts with the lesser right.
     portal_sid = request.cookies.get(PORTAL_COOKIE)
@@ -190,6 +231,21 @@ async def authenticate(request: web.Request) -> str | None:
         return "missing or wrong bearer token"
     request[CSRF] = csrf
     return None
+
+
+async def _check_bearer(request: web.Request, offered: str) -> str | None:
+    # The admin token first: an operator's token may begin like anything.
+    if request.app[SESSIONS].token_ok(offered):
+        return None
+    if offered.startswith(TOKEN_PREFIX):
+        found = await request.app[RESOLVER].token(offered)
+        if found is None:
+            return "unknown application token"
+        if not found[1]:
+            return "application token expired or revoked"
+        request[APP] = found[0]
+        return None
+    return "missing or wrong bearer token"
 
 
 def app_may_call(request: web.Request) -> bool:
@@ -255,6 +311,10 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         if "Allow" in exc.headers:
             response.headers["Allow"] = exc.headers["Allow"]
         return response
+    except (LockedOut, Throttled) as exc:
+        response = json_error(429, str(exc))
+        response.headers["Retry-After"] = str(exc.retry_after_s)
+        return response
     except NotFound as exc:
         return json_error(404, str(exc))
     except Forbidden as exc:
@@ -294,9 +354,12 @@ async def add_security_headers(request: web.Request, response: web.StreamRespons
             response.headers[name] = value
 
 
-def install(app: web.Application, token: str, resolver: Resolver) -> None:
+def install(
+    app: web.Application, token: str, resolver: Resolver, *, failures_per_min: int = 20
+) -> None:
     app[SESSIONS] = Sessions(token)
     app[RESOLVER] = resolver
+    app[THROTTLE] = FailureThrottle(failures_per_min)
     app.on_response_prepare.append(add_security_headers)
 
 

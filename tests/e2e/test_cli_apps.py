@@ -152,3 +152,72 @@ async def test_endpoints_and_events_of_one_application(
     assert {k: (v["endpoints"], v["queue_depth"]) for k, v in by_id.items()} == {
         "acme": (1, 2), "globex": (1, 1), "default": (1, 1),
     }  # fmt: skip
+
+
+# ---------------------------------------------------------------- quotas
+
+
+async def test_app_update_sets_shows_and_clears_quotas(db_url: str) -> None:
+    await ok(db_url, "app", "add", "acme")
+    doc = await ok(db_url, "app", "update", "acme", "--name", "Acme Inc",
+                   "--max-endpoints", "10", "--max-events-per-s", "2.5")  # fmt: skip
+    assert doc == {"id": "acme", "name": "Acme Inc", "max_endpoints": 10, "max_events_per_s": 2.5}
+    apps = await ok(db_url, "app", "list")
+    assert isinstance(apps, list)
+    by_id = {a["id"]: a for a in apps}
+    assert (by_id["acme"]["max_endpoints"], by_id["acme"]["max_events_per_s"]) == (10, 2.5)
+    assert (by_id["default"]["max_endpoints"], by_id["default"]["max_events_per_s"]) == (None, None)
+    # A flag left out stays; `none` clears.
+    doc = await ok(db_url, "app", "update", "acme", "--max-endpoints", "none")
+    assert doc == {"id": "acme", "name": "Acme Inc", "max_endpoints": None, "max_events_per_s": 2.5}
+    code, out, err = await cli(db_url, "app", "update", "acme", "--max-events-per-s", "0.001")
+    assert code == 0 and err == ""
+    assert out.strip() == "application acme (Acme Inc): max_endpoints none, max_events_per_s 0.001"
+    code, out, _ = await cli(db_url, "app", "list")
+    assert code == 0 and "max_events_per_s" in out and "0.001" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("nope", "--max-endpoints", "1"), "no application nope"),
+        (("Bad Id", "--max-endpoints", "1"), "app must be"),
+        (("acme", "--max-endpoints", "-1"), "max_endpoints must be an integer from 0 to 1000000"),
+        (("acme", "--max-endpoints", "1000001"), "max_endpoints must be an integer from 0 to"),
+        (("acme", "--max-endpoints", "2.5"), "max_endpoints must be an integer from 0 to"),
+        (("acme", "--max-endpoints", "many"), "max_endpoints must be an integer from 0 to"),
+        (("acme", "--max-events-per-s", "0"), "max_events_per_s must be a number from 0.001 to"),
+        (("acme", "--max-events-per-s", "0.0001"), "max_events_per_s must be a number from 0.001"),
+        (("acme", "--max-events-per-s", "1000001"), "max_events_per_s must be a number from"),
+        (("acme", "--max-events-per-s", "nan"), "max_events_per_s must be a number from"),
+        (("acme", "--max-events-per-s", "inf"), "max_events_per_s must be a number from"),
+        (("acme", "--max-events-per-s", "fast"), "max_events_per_s must be a number from"),
+        (("acme", "--name", ""), "name must be 1-200 characters"),
+    ],
+    ids=lambda a: " ".join(a)[:40],
+)
+async def test_app_update_refuses_bad_values_in_one_line(
+    db_url: str, conn: asyncpg.Connection, args: tuple[str, ...], words: str
+) -> None:
+    await ok(db_url, "app", "add", "acme")
+    before = await conn.fetch("SELECT * FROM applications ORDER BY id")
+    err = one_line_error(await cli(db_url, "app", "update", *args))
+    assert words in err, err
+    assert "1000000" in err or "max_" not in words  # the range, in full
+    assert await conn.fetch("SELECT * FROM applications ORDER BY id") == before
+
+
+async def test_the_operators_cli_is_not_held_to_the_quotas(
+    db_url: str, conn: asyncpg.Connection
+) -> None:
+    """Quotas hold on the HTTP API (tests/integration/test_quotas.py);
+    `endpoint add` and `enqueue` are the operator's own tools."""
+    await ok(db_url, "app", "add", "acme")
+    await ok(db_url, "app", "update", "acme", "--max-endpoints", "0", "--max-events-per-s", "0.001")
+    for _ in range(2):
+        await ok(db_url, "endpoint", "add", "--url", "https://acme.example/h", "--app", "acme")
+    for n in range(3):
+        sent = await ok(db_url, "enqueue", "--event-type", "t", "--payload", "{}",
+                        "--event-id", f"e{n}", "--app", "acme")  # fmt: skip
+        assert isinstance(sent, dict) and len(sent["deliveries"]) == 2
+    assert await conn.fetchval("SELECT count(*) FROM webhook_queue") == 6

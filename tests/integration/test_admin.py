@@ -19,9 +19,9 @@ TOKEN = "test-token-123"
 
 @pytest.fixture
 async def api(db_url: str) -> AsyncIterator[tuple[str, aiohttp.ClientSession]]:
-    runner: web.AppRunner = await start_admin(
-        "127.0.0.1:0", replace(FAST, admin_token=TOKEN), db_url
-    )
+    # Many wrong tokens from one address: test_credential_limits throttles them.
+    settings = replace(FAST, admin_token=TOKEN, auth_failures_per_min=1_000_000)
+    runner: web.AppRunner = await start_admin("127.0.0.1:0", settings, db_url)
     host, port = runner.addresses[0][:2]
     async with aiohttp.ClientSession(
         base_url=f"http://{host}:{port}", headers={"Authorization": f"Bearer {TOKEN}"}
@@ -52,6 +52,7 @@ PROTECTED = [
     ("GET", "/v1/health"),
     ("GET", "/v1/alerts"),
     ("GET", "/v1/timeline"),
+    ("PATCH", "/v1/applications/default"),
 ]
 
 

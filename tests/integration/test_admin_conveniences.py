@@ -133,7 +133,7 @@ async def test_endpoint_activity_shows_percentiles_failures_and_breaker(
     api: aiohttp.ClientSession, conn: asyncpg.Connection, db_url: str, receiver: Receiver
 ) -> None:
     receiver.routes["/p"] = sequence(500, 500)
-    eid, _ = await add_endpoint(conn, receiver.url("/p"), failure_threshold=2, cooldown_s=0.2,
+    eid, _ = await add_endpoint(conn, receiver.url("/p"), failure_threshold=2, cooldown_s=1.0,
                                 retry_base_ms=0, retry_cap_ms=0)  # fmt: skip
     for i in range(4):
         await enqueue(conn, "t", {"i": i}, f"a{i}")

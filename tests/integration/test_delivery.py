@@ -231,12 +231,12 @@ async def test_breaker_half_open_probe_closes_on_success(
     receiver.routes["/rec"] = sequence(500, 500)
     eid, _ = await add_endpoint(conn, receiver.url("/rec"), failure_threshold=2,
                                 max_in_flight=1, retry_base_ms=0, retry_cap_ms=0,
-                                max_attempts=50, cooldown_s=0.5)  # fmt: skip
+                                max_attempts=50, cooldown_s=1.0)  # fmt: skip
     for i in range(4):
         await enqueue(conn, "t", {"i": i}, f"p{i}")
     await drain(db_url)  # opens after two failures
     assert (await conn.fetchval("SELECT state FROM endpoint_health")) == "open"
-    await asyncio.sleep(0.7)
+    await asyncio.sleep(1.2)
     await drain(db_url)
     h = await conn.fetchrow("SELECT * FROM endpoint_health WHERE endpoint_id=$1", eid)
     assert h["state"] == "closed" and h["consecutive_failures"] == 0

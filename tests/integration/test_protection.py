@@ -112,7 +112,7 @@ async def test_breaker_reopens_with_doubled_cooldown_then_closes(
     receiver.routes["/rec"] = sequence(500, 500, 500)
     eid, _ = await add_endpoint(conn, receiver.url("/rec"), failure_threshold=2,
                                 max_in_flight=1, retry_base_ms=0, retry_cap_ms=0,
-                                max_attempts=50, cooldown_s=0.3)  # fmt: skip
+                                max_attempts=50, cooldown_s=1.0)  # fmt: skip
     for i in range(5):
         await catalog.enqueue_bulk(conn, [(f"c{i}", "t", "{}", None)])
     await _run_until_delivered(db_url, conn, 5)
@@ -122,9 +122,9 @@ async def test_breaker_reopens_with_doubled_cooldown_then_closes(
         ("closed", "open"), ("open", "half_open"), ("half_open", "open"),
         ("open", "half_open"), ("half_open", "closed"),
     ]  # fmt: skip
-    assert [t["cooldown_seconds"] for t in rows][:3] == [0.3, 0.3, 0.6]
+    assert [t["cooldown_seconds"] for t in rows][:3] == [1.0, 1.0, 2.0]
     h = await conn.fetchrow("SELECT * FROM endpoint_health WHERE endpoint_id=$1", eid)
-    assert h["state"] == "closed" and h["cooldown_seconds"] == 0.3
+    assert h["state"] == "closed" and h["cooldown_seconds"] == 1.0
 
 
 async def test_retry_after_pauses_the_whole_endpoint(

@@ -79,6 +79,7 @@ MATRIX: dict[str, tuple[int | None, ...]] = {
     "GET /metrics":                               (X,   X,    X,    200,  401, 401, X,    X),
     "GET /v1/applications":                       (X,   X,    X,    200,  401, 401, X,    X),
     "POST /v1/applications":                      (X,   X,    X,    201,  401, 401, X,    X),
+    "PATCH /v1/applications/{app}":               (X,   X,    X,    200,  401, 401, X,    X),
     "POST /v1/applications/{app}/tokens":         (X,   X,    X,    201,  401, 401, X,    X),
     "POST /v1/applications/{app}/portal-links":   (X,   X,    X,    201,  401, 401, X,    X),
     "GET /v1/health":                             (X,   X,    X,    200,  401, 401, X,    X),
@@ -104,6 +105,7 @@ BODIES: dict[str, Any] = {
     "POST /v1/dead-letters/replay": {"ids": ["{dead}"]},
     "POST /v1/dead-letters/replay endpoint": {"endpoint_id": "{ep}"},
     "POST /v1/applications": {"id": "{fresh}"},
+    "PATCH /v1/applications/{app}": {"max_endpoints": 1_000_000},
     "POST /v1/applications/{app}/tokens": {"ttl_s": 60},
     "POST /v1/applications/{app}/portal-links": {"base_url": "https://hooks.example"},
 }
@@ -180,9 +182,10 @@ async def world(server_url: str, template_db: str) -> AsyncIterator[World]:
     name = f"dispatcher_m_{uuid.uuid4().hex[:12]}"
     await _admin(server_url, f"CREATE DATABASE {name} TEMPLATE {template_db}")
     url = with_database(server_url, name)
-    runner: web.AppRunner = await start_admin(
-        "127.0.0.1:0", replace(FAST, admin_token=ADMIN), url, quiet=True
-    )
+    # Cells offer expired and revoked credentials by the hundred from one
+    # address: throttling them is test_credential_limits' subject, not this one's.
+    settings = replace(FAST, admin_token=ADMIN, auth_failures_per_min=1_000_000)
+    runner: web.AppRunner = await start_admin("127.0.0.1:0", settings, url, quiet=True)
     host, port = runner.addresses[0][:2]
     jar = aiohttp.DummyCookieJar()  # every cookie is sent by hand
     try:

@@ -136,7 +136,7 @@ async def test_migration_008_puts_every_endpoint_into_default(empty_db_url: str)
         await conn.fetchval(ENQUEUE, "t", "{}", "old")
         queue = await conn.fetch("SELECT * FROM webhook_queue ORDER BY id")
 
-        assert await db.migrate(conn) == ["008_applications.sql"]
+        assert await db.migrate(conn, upto=8) == ["008_applications.sql"]
 
         apps = await conn.fetch("SELECT id, name FROM applications")
         assert [tuple(r) for r in apps] == [("default", "default")]
@@ -149,7 +149,8 @@ async def test_migration_008_puts_every_endpoint_into_default(empty_db_url: str)
 
         tables = "SELECT count(*) FROM applications UNION ALL SELECT count(*) FROM endpoints"
         counts = await conn.fetch(tables)
-        assert await db.migrate(conn) == []
+        assert await db.migrate(conn, upto=8) == []
+        await db.migrate(conn)  # the later ones
         assert await conn.fetch(tables) == counts
         assert await db.migrations_current(conn)
     finally:
