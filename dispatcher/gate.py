@@ -27,7 +27,7 @@ from aiolimiter import AsyncLimiter
 
 from . import concurrency, log
 from .breaker import Breaker, BreakerState, admits, effective_threshold, fold, half_open
-from .models import AttemptResult, Endpoint, Verdict, validate_headers
+from .models import AttemptResult, Endpoint, Verdict, validate_headers, validate_shape
 from .sender import EndpointWire
 from .shaping import compile_success_body, url_sample
 from .ssrf import validate_url
@@ -464,6 +464,7 @@ class Gates:
             ("url refused", lambda: validate_url(url_sample(ep.url))),
             ("headers invalid", lambda: validate_headers(ep.headers)),
             ("success_body is not RE2 syntax", lambda: compile_success_body(ep.success_body)),
+            ("method, body or ordering invalid", lambda: validate_shape(ep)),
         )
         for reason, check in checks:
             try:

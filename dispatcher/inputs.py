@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from .errors import BadInput
-from .models import EndpointSpec
+from .models import RANGES, EndpointSpec, fmt_number
 from .shaping import compile_success_body, url_sample
 from .signing import validate_secret
 from .ssrf import validate_url
@@ -268,10 +268,10 @@ def _typed(name: str, value: Any) -> Any:
             raise BadInput(f"{name} must be PEM text, not a stored value")
     if name in _INT_FIELDS:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise BadInput(f"{name} must be an integer")
+            raise BadInput(f"{name} must be an integer {_range(name)}")
     elif name in _FLOAT_FIELDS:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise BadInput(f"{name} must be a number")
+            raise BadInput(f"{name} must be a number {_range(name)}")
         if isinstance(value, int) and abs(value) > 2**53:
             value = float("inf")  # out of range anyway: spec.validate names the range
         value = float(value)
@@ -293,6 +293,11 @@ def _typed(name: str, value: Any) -> Any:
     elif name in _TEXT_FIELDS and not isinstance(value, str):
         raise BadInput(f"{name} must be a string")
     return value
+
+
+def _range(name: str) -> str:
+    low, high = RANGES[name]
+    return f"between {fmt_number(low)} and {fmt_number(high)}"
 
 
 def _header_line(line: str) -> tuple[str, str]:

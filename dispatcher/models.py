@@ -194,11 +194,11 @@ def out_of_range(settings: EndpointSettings) -> str | None:
         if ok and name in _INTEGRAL:
             ok = isinstance(value, int)
         if not ok or not low <= value <= high:
-            return f"{name} must be between {_num(low)} and {_num(high)}"
+            return f"{name} must be between {fmt_number(low)} and {fmt_number(high)}"
     return None
 
 
-def _num(x: float) -> str:
+def fmt_number(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(x)
 
 

@@ -74,9 +74,12 @@ def _decoded(
         reason, unreadable = "secret unreadable (DISPATCHER_SECRET_KEY)", exc
     except Exception as exc:
         reason = f"row unreadable ({type(exc).__name__})"
+    # A credential that does not open may be the key's fault, not the row's:
+    # its deliveries wait (a disabled stand-in is never claimed) instead of
+    # being dead-lettered, until a worker with the right key reads it.
     stand_in = Endpoint(
-        id=r["id"], url=str(r["url"]), secrets=(), enabled=r["enabled"] is True,
-        app=str(r["application_id"]),
+        id=r["id"], url=str(r["url"]), secrets=(),
+        enabled=r["enabled"] is True and unreadable is None, app=str(r["application_id"]),
     )  # fmt: skip
     return stand_in, reason, unreadable
 
@@ -88,7 +91,7 @@ async def engine_endpoints(
     rows = await conn.fetch(Q["engine_endpoints"])
     out = []
     db_now = 0.0
-    sealed_opened, sealed_failed = 0, None
+    sealed_opened, sealed_failed, readable = 0, None, 0
     for r in rows:
         db_now = r["db_now"]
         breaker = Breaker(
@@ -100,17 +103,19 @@ async def engine_endpoints(
         endpoint, broken, unreadable = _decoded(r, box)
         if unreadable is not None:
             sealed_failed = sealed_failed or unreadable
-        elif r["secret"].startswith(SEALED):
-            sealed_opened += 1
+        else:
+            readable += 1
+            sealed_opened += r["secret"].startswith(SEALED)
         out.append(
             EndpointState(
                 endpoint, breaker, r["probe_owner"], r["p95_ms"], r["paused_for_s"] or 0.0, broken
             )
         )
-    if sealed_failed is not None and not sealed_opened:
-        # Not one sealed secret opens: the process has no key or the wrong
-        # one. That is this worker's configuration, not a bad row: dead-
-        # lettering every endpoint's deliveries would be the wrong answer.
+    if sealed_failed is not None and not sealed_opened and (box is not None or not readable):
+        # This worker's configuration, not a bad row: with a key, not one
+        # sealed secret opens (the wrong key); without one, no row at all
+        # can be read (the key was forgotten). Without a key, one sealed-
+        # looking row among readable ones is that row's problem: it waits.
         raise sealed_failed
     return db_now, out
 

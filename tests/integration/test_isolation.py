@@ -151,3 +151,20 @@ async def test_a_worker_whose_key_opens_no_secret_stops_loudly(
     with pytest.raises(OperationalError, match="DISPATCHER_SECRET_KEY"):
         await drain(db_url, secret_key="another key")
     assert (await statuses(conn)) == {"pending": 23}
+
+
+@pytest.mark.parametrize(
+    ("column", "value"), [("method", "'DELETE'"), ("method", "'get'"), ("body", "'xml'")]
+)
+async def test_a_shape_outside_its_set_is_set_aside(
+    conn: asyncpg.Connection, db_url: str, receiver: Receiver, column: str, value: str
+) -> None:
+    """Written around the schema's checks (an older release, a hand edit):
+    never sent as some other method or body."""
+    await conn.execute(f"ALTER TABLE endpoints DROP CONSTRAINT endpoints_{column}_check")
+    bad = await _setup(conn, receiver, column, value)
+    await drain(db_url, secret_key=KEY)
+    assert len(receiver.requests_to("/good")) == 20
+    assert receiver.requests_to("/bad") == []
+    errors = await conn.fetch("SELECT last_error FROM webhook_queue WHERE endpoint_id = $1", bad)
+    assert [r[0] for r in errors] == ["endpoint unusable: method, body or ordering invalid"] * 3
