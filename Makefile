@@ -28,6 +28,7 @@ lint: install
 	$(BIN)/ruff check dispatcher tests benchmarks
 	$(BIN)/ruff format --check dispatcher tests benchmarks
 	$(BIN)/mypy dispatcher
+	$(BIN)/lint-imports
 
 format: install
 	$(BIN)/ruff check --fix dispatcher tests benchmarks

@@ -24,7 +24,7 @@ from typing import Any
 
 import asyncpg
 
-from dispatcher.embedded import with_database
+from dispatcher.db.embedded import with_database
 
 from .database import add_endpoints, create_database, drop_database, redact
 from .errors import BenchError

@@ -16,8 +16,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from dispatcher import service, tenancy
-from dispatcher.inputs import spec_from_fields
+from dispatcher.ops import service, tenancy
+from dispatcher.ops.inputs import spec_from_fields
 from dispatcher.settings import Settings
 
 from .errors import BenchError

@@ -41,7 +41,7 @@ import aiohttp
 import asyncpg
 import uvloop
 
-from dispatcher.embedded import embedded_url
+from dispatcher.db.embedded import embedded_url
 from dispatcher.settings import Settings
 
 from . import rawclient
@@ -206,7 +206,7 @@ async def main(argv: list[str], settings: Any = None) -> int:
         msg = str(exc).strip().splitlines()
         sys.stderr.write(f"bench: error: {msg[0] if msg else type(exc).__name__}\n")
         return 1
-    except Exception as exc:  # e.g. dispatcher.errors.OperationalError from embedded_url
+    except Exception as exc:  # e.g. dispatcher.core.errors.OperationalError from embedded_url
         if type(exc).__module__.startswith("dispatcher"):
             sys.stderr.write(f"bench: error: {exc}\n")
             return 1

@@ -26,8 +26,9 @@ import time
 
 import asyncpg
 
-from dispatcher import catalog, db, store
-from dispatcher.embedded import with_database
+from dispatcher import db
+from dispatcher.db import catalog, store
+from dispatcher.db.embedded import with_database
 
 ENDPOINTS = 20
 PENDING = 2000

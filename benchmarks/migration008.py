@@ -26,7 +26,7 @@ from typing import Any
 import asyncpg
 
 from dispatcher.db import migrate, migrations
-from dispatcher.embedded import embedded_url, with_database
+from dispatcher.db.embedded import embedded_url, with_database
 
 DB = "dispatcher_mig008"
 QUEUE = "SELECT pg_relation_filenode('webhook_queue'), pg_total_relation_size('webhook_queue')"

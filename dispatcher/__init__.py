@@ -6,10 +6,15 @@ transactional outbox), the exception tree, and the receiver-side verifier.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from .api import enqueue
-from .errors import BadInput, DispatcherError, OperationalError, TargetRefused, UnknownEndpoint
+from dispatcher.api import enqueue
+from dispatcher.core.errors import (
+    BadInput,
+    DispatcherError,
+    OperationalError,
+    TargetRefused,
+    UnknownEndpoint,
+)
+from dispatcher.version import __version__
 
 _RECEIVER = ("VerificationError", "claim_once", "verify", "verify_request", "webhook_middleware")
 
@@ -18,7 +23,7 @@ def __getattr__(name: str) -> object:
     # The receiver kit pulls in aiohttp.web and cryptography: import it only
     # when asked for, so a worker starts without it.
     if name in _RECEIVER:
-        from . import receiver
+        from dispatcher import receiver
 
         return getattr(receiver, name)
     raise AttributeError(f"module 'dispatcher' has no attribute {name!r}")

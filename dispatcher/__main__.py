@@ -1,3 +1,3 @@
-from .cli import main
+from dispatcher.cli.main import main
 
 main()

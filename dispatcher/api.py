@@ -6,8 +6,8 @@ from typing import Any
 
 import asyncpg
 
-from . import service
-from .inputs import DEFAULT_MAX_PAYLOAD_BYTES
+from dispatcher.ops import service
+from dispatcher.ops.inputs import DEFAULT_MAX_PAYLOAD_BYTES
 
 
 async def enqueue(

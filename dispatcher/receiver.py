@@ -37,8 +37,8 @@ from asyncpg.pool import PoolConnectionProxy
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from .errors import BadInput
-from .signing import PUBLIC_KEY_PREFIX, secret_key
+from dispatcher.core.errors import BadInput
+from dispatcher.core.signing import PUBLIC_KEY_PREFIX, secret_key
 
 __all__ = [
     "DEFAULT_TABLE",

@@ -1,4 +1,6 @@
-"""Runtime settings, and the one place DISPATCHER_* variables are read."""
+"""Runtime settings: every DISPATCHER_* variable is read here, but
+DISPATCHER_DEBUG (tracebacks on errors, read by the CLI before settings
+exist)."""
 
 from __future__ import annotations
 
@@ -7,9 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import BadInput
-from .secretbox import SecretBox
-from .ssrf import TargetPolicy
+from dispatcher.core.errors import BadInput
+from dispatcher.core.secretbox import SecretBox
+from dispatcher.core.ssrf import TargetPolicy
 
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
@@ -104,6 +106,7 @@ class Settings:
     sensitive_fields: tuple[str, ...] = SENSITIVE_FIELDS
     # Egress: every request through this HTTP proxy (DISPATCHER_HTTP_PROXY).
     http_proxy: str | None = None
+    log_level: str = "info"  # DISPATCHER_LOG_LEVEL: debug, info, warning
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -120,7 +123,7 @@ class Settings:
             endpoint_refresh_s=max(0.05, _float(env, "DISPATCHER_REFRESH_S", 1.0)),
             synchronous_commit=env.get("DISPATCHER_SYNCHRONOUS_COMMIT", "") == "1",
             # The lease adds a 1 s token lookahead to this margin: 59 keeps the
-            # whole margin within SPEC's 60 s.
+            # whole margin within the contract's 60 s.
             lease_margin_s=min(_float(env, "DISPATCHER_LEASE_MARGIN_S", 30.0), 59.0),
             latency_window_s=_float(env, "DISPATCHER_LATENCY_WINDOW_S", 24 * 3600.0),
             percentile_refresh_s=_float(env, "DISPATCHER_PERCENTILE_REFRESH_S", 10.0),
@@ -132,6 +135,7 @@ class Settings:
             sensitive_fields=_names(env.get("DISPATCHER_SENSITIVE_FIELDS"), SENSITIVE_FIELDS),
             http_proxy=env.get("DISPATCHER_HTTP_PROXY") or None,
             ca_file=Path(env["DISPATCHER_CA_FILE"]) if env.get("DISPATCHER_CA_FILE") else None,
+            log_level=env.get("DISPATCHER_LOG_LEVEL") or "info",
         )
 
     def target_policy(self) -> TargetPolicy:

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import settings
 
 from dispatcher import db
-from dispatcher.embedded import with_database
+from dispatcher.db.embedded import with_database
 from tests.receivers import Receiver
 
 # Environment the tests must not inherit from the developer's shell.
@@ -41,7 +41,7 @@ def server_url() -> Iterator[str]:
     if url:
         yield url
         return
-    from dispatcher.embedded import embedded_url
+    from dispatcher.db.embedded import embedded_url
 
     home = Path(tempfile.mkdtemp(prefix="dispatcher-test-"))
     url = embedded_url(home)

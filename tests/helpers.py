@@ -14,11 +14,11 @@ from typing import Any
 import aiohttp
 import asyncpg
 
-from dispatcher import catalog
-from dispatcher.engine import Engine
-from dispatcher.models import EndpointSpec
+from dispatcher.core.models import EndpointSpec
+from dispatcher.core.signing import generate_secret
+from dispatcher.db import catalog
 from dispatcher.settings import Settings
-from dispatcher.signing import generate_secret
+from dispatcher.worker.engine import Engine
 from tests.receivers import Receiver
 
 FAST = Settings(
@@ -121,7 +121,7 @@ async def admin_api(
 ) -> AsyncIterator[tuple[aiohttp.ClientSession, str]]:
     """The admin API on an ephemeral port: a session holding the bearer
     token and the server's base URL."""
-    from dispatcher.admin import start_admin
+    from dispatcher.web.admin import start_admin
 
     runner = await start_admin("127.0.0.1:0", replace(settings, admin_token=token), db_url,
                                quiet=True)  # fmt: skip

@@ -27,7 +27,7 @@ from typing import Any
 
 import asyncpg
 
-from dispatcher.embedded import with_database
+from dispatcher.db.embedded import with_database
 
 from ..bench import Bench, EndpointDef, Options, scenario
 from ..database import create_database, drop_database

@@ -11,7 +11,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from dispatcher import tenancy
+from dispatcher.ops import tenancy
 from tests.helpers import cli
 
 

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from dispatcher import embedded
+from dispatcher.db import embedded
 
 
 async def _run(env: dict[str, str], *args: str) -> tuple[int, str, str]:

@@ -14,7 +14,7 @@ import aiohttp
 import asyncpg
 import pytest
 
-from dispatcher.signing import sign
+from dispatcher.core.signing import sign
 from tests.browser import CHROMIUM, Page, browser
 from tests.e2e import test_dashboard as dashboard
 from tests.helpers import cli

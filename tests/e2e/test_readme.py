@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher import embedded
+from dispatcher.db import embedded
 from tests.conftest import REPO
 
 

@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 from aiohttp import web
 
-from dispatcher.admin import start_admin
+from dispatcher.web.admin import start_admin
 from tests.helpers import FAST, drain
 from tests.receivers import Receiver, status
 

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from dispatcher import enqueue
-from dispatcher.admin import start_admin
+from dispatcher.web.admin import start_admin
 from tests.helpers import FAST, add_endpoint, cli, drain
 from tests.receivers import Receiver, sequence
 

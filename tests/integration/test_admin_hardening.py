@@ -18,8 +18,8 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dispatcher.admin import start_admin
-from dispatcher.web_security import PAGE_MAY_SET, SECURITY_HEADERS
+from dispatcher.web.admin import start_admin
+from dispatcher.web.security import PAGE_MAY_SET, SECURITY_HEADERS
 from tests.helpers import FAST, add_endpoint, drain
 
 TOKEN = "hardening-token"

@@ -23,8 +23,8 @@ import asyncpg
 import pytest
 from aiohttp import web
 
-from dispatcher.admin import start_admin
-from dispatcher.web_security import PORTAL_COOKIE
+from dispatcher.web.admin import start_admin
+from dispatcher.web.security import PORTAL_COOKIE
 from tests.helpers import FAST
 
 TOKEN = "limits-admin-token"

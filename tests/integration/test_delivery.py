@@ -12,8 +12,8 @@ from aiohttp import web
 from standardwebhooks import Webhook
 
 from dispatcher import enqueue
-from dispatcher.engine import Engine
 from dispatcher.metrics import Metrics
+from dispatcher.worker.engine import Engine
 from tests.helpers import FAST, add_endpoint, drain, statuses
 from tests.receivers import Receiver, hang, sequence, status
 
@@ -307,7 +307,7 @@ async def test_commits_in_any_order_wake_idle_engine(
 async def test_commits_wake_no_listener(conn: asyncpg.Connection, db_url: str) -> None:
     """Neither the SQL function nor the bulk COPY sends a NOTIFY: producers'
     commits never take the server-wide notify lock."""
-    from dispatcher import catalog
+    from dispatcher.db import catalog
 
     await add_endpoint(conn, "https://example.com/hook")
     seen: list[str] = []

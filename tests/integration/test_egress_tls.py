@@ -15,7 +15,7 @@ from aiohttp import web
 
 from benchmarks.tlsca import TlsFiles, make_ca
 from dispatcher import enqueue
-from dispatcher.errors import OperationalError
+from dispatcher.core.errors import OperationalError
 from dispatcher.settings import Settings
 from tests.helpers import add_endpoint, drain
 

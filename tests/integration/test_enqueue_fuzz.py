@@ -8,8 +8,8 @@ import asyncpg
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from dispatcher import service
-from dispatcher.errors import BadInput
+from dispatcher.core.errors import BadInput
+from dispatcher.ops import service
 from tests.helpers import add_endpoint
 
 values = st.recursive(

@@ -17,9 +17,10 @@ import asyncpg
 import orjson
 import pytest
 
-from dispatcher import catalog, db
-from dispatcher.engine import Engine
-from dispatcher.errors import OperationalError
+from dispatcher import db
+from dispatcher.core.errors import OperationalError
+from dispatcher.db import catalog
+from dispatcher.worker.engine import Engine
 from tests.helpers import add_endpoint, engine, statuses, until_received, worker
 from tests.pgproxy import PgProxy
 from tests.receivers import Receiver, delay
@@ -248,7 +249,7 @@ async def test_a_background_task_that_dies_stops_the_worker_loudly(
 ) -> None:
     """Never half alive: a helper task that ends (here a bug in the refresh)
     takes the worker down with the reason, instead of leaving it claiming."""
-    from dispatcher import store
+    from dispatcher.db import store
 
     real = store.engine_endpoints
     calls = 0

@@ -13,7 +13,7 @@ import asyncpg
 from aiohttp import web
 
 from dispatcher import enqueue
-from dispatcher.engine import Engine
+from dispatcher.worker.engine import Engine
 from tests.helpers import FAST, add_endpoint, statuses
 from tests.receivers import Receiver
 

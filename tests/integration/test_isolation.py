@@ -9,9 +9,9 @@ import logging
 import asyncpg
 import pytest
 
-from dispatcher import catalog
-from dispatcher.errors import OperationalError
-from dispatcher.secretbox import SecretBox
+from dispatcher.core.errors import OperationalError
+from dispatcher.core.secretbox import SecretBox
+from dispatcher.db import catalog
 from tests.helpers import add_endpoint, drain, statuses
 from tests.receivers import Receiver
 

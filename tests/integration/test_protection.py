@@ -8,7 +8,7 @@ import sys
 import asyncpg
 from aiohttp import web
 
-from dispatcher import catalog
+from dispatcher.db import catalog
 from tests.helpers import add_endpoint, cli_env, drain, engine, statuses
 from tests.receivers import Receiver, delay, sequence, status
 

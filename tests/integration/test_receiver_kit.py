@@ -23,7 +23,9 @@ import pytest
 from aiohttp import web
 from yarl import URL
 
-from dispatcher import catalog, enqueue
+from dispatcher import enqueue
+from dispatcher.core.signing import Signer, generate_secret
+from dispatcher.db import catalog
 from dispatcher.receiver import (
     WEBHOOK_BODY,
     WEBHOOK_ID,
@@ -31,7 +33,6 @@ from dispatcher.receiver import (
     ensure_idempotency_table,
     webhook_middleware,
 )
-from dispatcher.signing import Signer, generate_secret
 from tests.helpers import add_endpoint, drain
 
 SECRET = generate_secret()

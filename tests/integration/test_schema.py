@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncpg
 import orjson
 
-from dispatcher.models import SETTING_NAMES, EndpointSettings
+from dispatcher.core.models import SETTING_NAMES, EndpointSettings
 
 
 async def test_endpoint_column_defaults_match_endpoint_settings(conn: asyncpg.Connection) -> None:

@@ -16,12 +16,12 @@ from standardwebhooks import Webhook as StandardWebhook
 from svix.webhooks import Webhook as SvixWebhook
 
 from dispatcher import enqueue
-from dispatcher.engine import Engine
+from dispatcher.core.signing import generate_signing_key, public_key
+from dispatcher.ops.reports import dlq_analyze
+from dispatcher.ops.service import rotate_secret
 from dispatcher.receiver import VerificationError, verify
-from dispatcher.reports import dlq_analyze
-from dispatcher.sender import Sender
-from dispatcher.service import rotate_secret
-from dispatcher.signing import generate_signing_key, public_key
+from dispatcher.worker.engine import Engine
+from dispatcher.worker.sender import Sender
 from tests.helpers import FAST, add_endpoint, admin_api, cli, cli_env, drain
 from tests.receivers import Receiver, status
 

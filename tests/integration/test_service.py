@@ -7,10 +7,11 @@ from typing import Any
 import asyncpg
 import pytest
 
-from dispatcher import catalog, reports, service
-from dispatcher.errors import BadInput, UnknownEndpoint
-from dispatcher.inputs import spec_from_fields
-from dispatcher.secretbox import SecretBox
+from dispatcher.core.errors import BadInput, UnknownEndpoint
+from dispatcher.core.secretbox import SecretBox
+from dispatcher.db import catalog, columns
+from dispatcher.ops import reports, service
+from dispatcher.ops.inputs import spec_from_fields
 
 PUBLIC_KEYS = ["id", "app", "name", "url", "description", "event_types", "rate_per_s", "burst",
                "max_in_flight", "timeout_ms", "max_attempts", "retry_base_ms", "retry_cap_ms",
@@ -112,7 +113,7 @@ async def test_header_values_are_sealed_masked_and_kept(conn: asyncpg.Connection
     raw = await conn.fetchval("SELECT headers::text FROM endpoints WHERE id = $1", eid)
     assert "s3cr3t" not in raw and "enc:v1:" in raw and "X-Api-Key" in raw
     stored = (await catalog.get_endpoint(conn, eid)).headers
-    assert catalog.unseal_headers(box, stored) == (("X-Api-Key", "s3cr3t"),)
+    assert columns.unseal_headers(box, stored) == (("X-Api-Key", "s3cr3t"),)
     # An update that does not name headers keeps them, byte for byte.
     await service.update_endpoint(conn, eid, {"timeout_ms": 4000}, box=box)
     assert (await catalog.get_endpoint(conn, eid)).headers == stored
@@ -123,7 +124,7 @@ async def test_header_values_are_sealed_masked_and_kept(conn: asyncpg.Connection
     assert doc["headers"] == {"X-Api-Key": service.HEADER_MASK, "X-New": service.HEADER_MASK}
     now = (await catalog.get_endpoint(conn, eid)).headers
     assert dict(now)["X-Api-Key"] == dict(stored)["X-Api-Key"]
-    assert dict(catalog.unseal_headers(box, now))["X-New"] == "v2"
+    assert dict(columns.unseal_headers(box, now))["X-New"] == "v2"
     with pytest.raises(BadInput):
         await service.update_endpoint(conn, eid, {"headers": {"X-Other": service.HEADER_MASK}})
     for listed in await service.list_endpoints(conn):
@@ -131,7 +132,7 @@ async def test_header_values_are_sealed_masked_and_kept(conn: asyncpg.Connection
 
 
 async def test_update_checks_the_url_like_add(conn: asyncpg.Connection) -> None:
-    from dispatcher.ssrf import TargetPolicy
+    from dispatcher.core.ssrf import TargetPolicy
 
     strict = TargetPolicy()
     spec = spec_from_fields({"url": "https://example.com/h"})

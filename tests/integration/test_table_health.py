@@ -10,11 +10,10 @@ import asyncio
 
 import asyncpg
 
-from dispatcher import store
-from dispatcher.connectivity import Connectivity
-from dispatcher.db import create_pool
-from dispatcher.maintenance import Maintenance
-from dispatcher.tablehealth import vacuum_due
+from dispatcher.core.tablehealth import vacuum_due
+from dispatcher.db import create_pool, store
+from dispatcher.worker.connectivity import Connectivity
+from dispatcher.worker.maintenance import Maintenance
 from tests.helpers import FAST, add_endpoint
 
 

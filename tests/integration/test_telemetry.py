@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
-from dispatcher import catalog, reports, store
+from dispatcher.db import catalog, store
+from dispatcher.ops import reports
 from tests.helpers import add_endpoint, cli, drain
 from tests.receivers import Receiver
 

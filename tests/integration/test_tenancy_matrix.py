@@ -28,11 +28,12 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from dispatcher import catalog, tenancy
-from dispatcher.admin import start_admin
-from dispatcher.embedded import with_database
-from dispatcher.models import EndpointSpec
-from dispatcher.web_security import CSRF_HEADER, PORTAL_COOKIE
+from dispatcher.core.models import EndpointSpec
+from dispatcher.db import catalog
+from dispatcher.db.embedded import with_database
+from dispatcher.ops import tenancy
+from dispatcher.web.admin import start_admin
+from dispatcher.web.security import CSRF_HEADER, PORTAL_COOKIE
 from tests.conftest import _admin
 from tests.helpers import FAST
 from tests.integration.test_admin_hardening import _raw as raw_request

@@ -31,8 +31,8 @@ import orjson
 import pytest
 from aiohttp import web
 
-from dispatcher import catalog
-from dispatcher.models import RANGES
+from dispatcher.core.models import RANGES
+from dispatcher.db import catalog
 from tests.helpers import WORKER_ENV, cli_env
 from tests.integration.test_unusable_rows import GarbageServer, in_vocabulary
 from tests.receivers import Receiver, status

@@ -30,8 +30,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from dispatcher import catalog
-from dispatcher.engine import Engine
+from dispatcher.db import catalog
+from dispatcher.worker.engine import Engine
 from tests.helpers import FAST, add_endpoint
 from tests.receivers import Receiver
 

@@ -8,7 +8,7 @@ from collections import Counter
 
 import asyncpg
 
-from dispatcher import catalog
+from dispatcher.db import catalog
 from tests.helpers import add_endpoint, statuses, until_received, worker
 from tests.receivers import Receiver, delay
 

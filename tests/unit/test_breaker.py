@@ -1,4 +1,4 @@
-"""Unit tests for dispatcher.breaker, the pure circuit breaker state machine.
+"""Unit tests for dispatcher.core.breaker, the pure circuit breaker state machine.
 
 SPEC: closed -> open after `failure_threshold` (default 10) consecutive
 failures; open for `cooldown_seconds` (300), then half_open lets exactly one
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.breaker import (
+from dispatcher.core.breaker import (
     MAX_COOLDOWN_S,
     SLOW_P95_MS,
     Breaker,

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from dispatcher.cli import build_parser
-from dispatcher.cli_help import ENDPOINT_FLAGS
-from dispatcher.models import EndpointSettings
+from dispatcher.cli.help import ENDPOINT_FLAGS
+from dispatcher.cli.main import build_parser
+from dispatcher.core.models import EndpointSettings
 
 
 def _parsers(

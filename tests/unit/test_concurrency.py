@@ -5,15 +5,15 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatcher import concurrency
-from dispatcher.concurrency import (
+from dispatcher.core import concurrency
+from dispatcher.core.concurrency import (
     DECREASE_INTERVAL_S,
     initial,
     on_overload,
     on_success,
     on_timeout,
 )
-from dispatcher.gate import split
+from dispatcher.worker.gate import split
 
 
 def test_slow_start_reaches_the_maximum_quickly() -> None:

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from dispatcher.deadlines import Deadlines, Watch
+from dispatcher.worker.deadlines import Deadlines, Watch
 
 TICK = 0.005
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatcher.dlq import classify
+from dispatcher.core.dlq import classify
 
 H = 3600.0
 

@@ -9,11 +9,11 @@ from random import Random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.breaker import Breaker, BreakerState
-from dispatcher.gate import Gate, Gates, SendOrder
-from dispatcher.models import AttemptResult, Endpoint, Verdict
-from dispatcher.sender import EndpointWire
-from dispatcher.store import EndpointState
+from dispatcher.core.breaker import Breaker, BreakerState
+from dispatcher.core.models import AttemptResult, Endpoint, Verdict
+from dispatcher.db.store import EndpointState
+from dispatcher.worker.gate import Gate, Gates, SendOrder
+from dispatcher.worker.sender import EndpointWire
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dispatcher.errors import BadInput
-from dispatcher.inputs import read_events, spec_from_fields
-from dispatcher.models import validate_headers
-from dispatcher.signing import validate_secret
-from dispatcher.ssrf import validate_url
+from dispatcher.core.errors import BadInput
+from dispatcher.core.models import validate_headers
+from dispatcher.core.signing import validate_secret
+from dispatcher.core.ssrf import validate_url
+from dispatcher.ops.inputs import read_events, spec_from_fields
 
 anything = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30),

@@ -14,11 +14,11 @@ from aiohttp.client_reqrep import ConnectionKey
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatcher.errors import BadInput
-from dispatcher.inputs import spec_from_fields
-from dispatcher.models import RANGES, EndpointSettings, out_of_range
-from dispatcher.sender import attempt_error, refused_target
-from dispatcher.shaping import body_matches, compile_success_body, encode, parse_template
+from dispatcher.core.errors import BadInput
+from dispatcher.core.models import RANGES, EndpointSettings, out_of_range
+from dispatcher.core.shaping import body_matches, compile_success_body, encode, parse_template
+from dispatcher.ops.inputs import spec_from_fields
+from dispatcher.worker.sender import attempt_error, refused_target
 
 URL = "https://hooks.example.com/x"
 SECRET = "CLICK-SECRET-123"

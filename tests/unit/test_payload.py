@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatcher.errors import BadInput
-from dispatcher.inputs import payload_text
+from dispatcher.core.errors import BadInput
+from dispatcher.ops.inputs import payload_text
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.planner import (
+from dispatcher.core.planner import (
     Want,
     counts,
     first_pass,

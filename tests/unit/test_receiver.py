@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from multidict import CIMultiDict
 from standardwebhooks import Webhook
 
+from dispatcher.core.signing import Signer, sign
 from dispatcher.receiver import (
     DEFAULT_TOLERANCE_S,
     VerificationError,
@@ -30,7 +31,6 @@ from dispatcher.receiver import (
     verify_request,
     webhook_middleware,
 )
-from dispatcher.signing import Signer, sign
 
 PROPS = settings(max_examples=300, deadline=None, database=None)
 
@@ -465,7 +465,7 @@ def test_agrees_with_standardwebhooks(key: bytes, msg_id: str, text: str, skew: 
 
 
 def test_v1a_public_keys_verify_ed25519_signatures() -> None:
-    from dispatcher.signing import Signer, generate_signing_key, public_key
+    from dispatcher.core.signing import Signer, generate_signing_key, public_key
 
     sk = generate_signing_key()
     now = 1_800_000_000
@@ -481,7 +481,7 @@ def test_v1a_public_keys_verify_ed25519_signatures() -> None:
 
 @given(st.text(max_size=40), st.text(max_size=80))
 def test_verifier_only_refuses_hostile_headers(msg_id: str, header: str) -> None:
-    from dispatcher.signing import generate_secret
+    from dispatcher.core.signing import generate_secret
 
     headers = {"webhook-id": msg_id, "webhook-timestamp": "1", "webhook-signature": header}
     try:

@@ -1,4 +1,4 @@
-"""Unit tests for dispatcher.retry: classification, Retry-After and backoff.
+"""Unit tests for dispatcher.core.retry: classification, Retry-After and backoff.
 
 Pure functions only: no network, no database, no clock, no sleeps.
 """
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from dispatcher.models import Status, Verdict
-from dispatcher.retry import (
+from dispatcher.core.models import Status, Verdict
+from dispatcher.core.retry import (
     MAX_RETRY_AFTER_S,
     RetryDecision,
     backoff_ceiling_s,

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from yarl import URL
 
-from dispatcher.errors import BadInput
-from dispatcher.shaping import (
+from dispatcher.core.errors import BadInput
+from dispatcher.core.shaping import (
     MissingMacro,
     body_matches,
     compile_success_body,

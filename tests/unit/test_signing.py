@@ -1,4 +1,4 @@
-"""Unit tests for dispatcher.signing against the independent `standardwebhooks`
+"""Unit tests for dispatcher.core.signing against the independent `standardwebhooks`
 package (the public reference verifier).
 
 SPEC: `webhook-signature` is `v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">`
@@ -23,15 +23,15 @@ from hypothesis import strategies as st
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from dispatcher.errors import BadInput, DispatcherError
-from dispatcher.receiver import VerificationError, Verifier
-from dispatcher.signing import (
+from dispatcher.core.errors import BadInput, DispatcherError
+from dispatcher.core.signing import (
     SECRET_PREFIX,
     Signer,
     generate_secret,
     secret_key,
     sign,
 )
+from dispatcher.receiver import VerificationError, Verifier
 
 PROPS = settings(max_examples=200, deadline=None, database=None)
 

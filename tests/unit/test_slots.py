@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from dispatcher.slots import Slots
+from dispatcher.worker.slots import Slots
 
 
 async def test_a_blocked_job_holds_up_no_other() -> None:

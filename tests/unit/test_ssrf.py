@@ -1,4 +1,4 @@
-"""Unit tests for dispatcher.ssrf, the SSRF guard (pure, on resolved addresses).
+"""Unit tests for dispatcher.core.ssrf, the SSRF guard (pure, on resolved addresses).
 
 SPEC: with DISPATCHER_ALLOW_PRIVATE_TARGETS off, loopback / private /
 link-local destinations are refused; the guard must see through every
@@ -13,9 +13,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from dispatcher.errors import BadInput, DispatcherError, TargetRefused
-from dispatcher.sender import EndpointWire
-from dispatcher.ssrf import (
+from dispatcher.core.errors import BadInput, DispatcherError, TargetRefused
+from dispatcher.core.ssrf import (
     TargetPolicy,
     address_allowed,
     check_address,
@@ -24,6 +23,7 @@ from dispatcher.ssrf import (
     target_refusal,
     validate_url,
 )
+from dispatcher.worker.sender import EndpointWire
 
 PROPS = settings(max_examples=200, deadline=None, database=None)
 

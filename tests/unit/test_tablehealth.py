@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dispatcher.tablehealth import TableHealth, threshold, vacuum_due
+from dispatcher.core.tablehealth import TableHealth, threshold, vacuum_due
 
 
 def _h(dead: int, *, live: int = 100_000, on: bool, since: float | None = None) -> TableHealth:

@@ -1,4 +1,4 @@
-"""Unit tests for dispatcher.throttle, the pure failed-credential throttle.
+"""Unit tests for dispatcher.core.throttle, the pure failed-credential throttle.
 
 SPEC: "Failed credentials (bearer tokens, dashboard sign-in, portal codes)
 are throttled per client address: past 20 failures in a minute the answer
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dispatcher.core.throttle import FailureThrottle, address_key
 from dispatcher.settings import Settings
-from dispatcher.throttle import FailureThrottle, address_key
 
 PROPS = settings(max_examples=300, deadline=None, database=None)
 T0 = 1000.0

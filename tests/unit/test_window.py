@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatcher import window
-from dispatcher.window import (
+from dispatcher.core import window
+from dispatcher.core.window import (
     CEILING,
     DECIDE_S,
     FLOOR,

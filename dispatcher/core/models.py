@@ -1,0 +1,314 @@
+"""Values shared by every layer: endpoints, claimed deliveries, outcomes.
+
+Stdlib only. Nothing here performs I/O or reads the clock.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field, fields
+from typing import NamedTuple
+
+
+class Status(enum.StrEnum):
+    PENDING = "pending"
+    IN_FLIGHT = "in_flight"
+    DELIVERED = "delivered"
+    FAILED = "failed"  # failed, a retry is scheduled at next_attempt_at
+    DEAD_LETTER = "dead_letter"
+
+
+class Verdict(enum.Enum):
+    """How one HTTP attempt ended, before retry policy is applied."""
+
+    SUCCESS = "success"
+    RETRYABLE = "retryable"
+    PERMANENT = "permanent"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EndpointSettings:
+    """An endpoint's tunables and their defaults: the one place they are written.
+
+    The CLI's flags, the API's fields, the store and the engine all take
+    their defaults from here (the schema's column defaults mirror them for
+    rows inserted by hand; a test keeps the two in step).
+    """
+
+    event_types: tuple[str, ...] = ("*",)
+    rate_per_s: float | None = None
+    burst: int | None = None
+    max_in_flight: int = 100
+    timeout_ms: int = 15_000
+    max_attempts: int = 5
+    retry_base_ms: int = 30_000
+    retry_cap_ms: int = 3_600_000
+    failure_threshold: int = 10
+    cooldown_s: float = 300.0
+    headers: tuple[tuple[str, str], ...] = ()
+    # The request's shape (shaping.py): method, body, and what a 2xx body
+    # must contain to count as a success.
+    method: str = "POST"
+    body: str | None = None  # None: "json" for POST and PUT, "none" for GET
+    success_body: str | None = None
+    # Which events (jsonb containment over the payload, as JSON text) and in
+    # which order: "fifo" sends one at a time per ordering_key value.
+    filter: str | None = None
+    ordering: str = "none"
+    ordering_key: str | None = None
+    # mTLS: PEM client certificate and key (sealed at rest like secrets).
+    client_cert: str | None = None
+    client_key: str | None = None
+
+    @property
+    def body_mode(self) -> str:
+        if self.body is not None:
+            return self.body
+        return "none" if self.method == "GET" else "json"
+
+
+SETTING_NAMES = tuple(f.name for f in fields(EndpointSettings))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Endpoint(EndpointSettings):
+    """An endpoint as the engine sends to it: secrets unsealed, newest first."""
+
+    id: int
+    url: str
+    secrets: tuple[str, ...]  # current first, then rotated-out ones still in grace
+    enabled: bool = True
+    app: str = "default"  # its application: claims share capacity across these first
+
+
+@dataclass(slots=True)
+class Delivery:
+    """A claimed row; mutable only so the engine can mark it sent."""
+
+    id: int
+    endpoint_id: int
+    event_id: str
+    body: bytes
+    attempt_count: int  # attempts recorded before this one
+    max_attempts: int
+    event_type: str = ""
+    started: bool = False  # on the wire: a shutdown gives it the grace period
+    seq: int = -1  # its place in the endpoint's send order, once sent
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AttemptResult:
+    """What the sender saw on the wire for one attempt."""
+
+    verdict: Verdict
+    status_code: int | None
+    response_ms: int
+    error: str | None = None
+    retry_after_s: float | None = None
+    gone: bool = False  # 410: the receiver asks us to stop
+    overloaded: bool = False  # 429 or 503: the receiver says it has too much
+    timed_out: bool = False  # no status line within the timeout
+
+
+@dataclass(slots=True)
+class Stats:
+    """What one worker has done, for logs, benchmarks and tests."""
+
+    claimed: int = 0
+    claims: int = 0
+    delivered: int = 0
+    retried: int = 0
+    dead: int = 0
+    released: int = 0
+    flushes: int = 0
+    statements: int = 0
+    breaker_transitions: list[tuple[int, str, str]] = field(default_factory=list)
+
+
+class Outcome(NamedTuple):
+    """The decision for one delivery after an attempt, ready to persist.
+
+    A NamedTuple rather than a frozen dataclass: one is built per delivery on
+    the hot path, and a tuple is three times cheaper to build.
+    """
+
+    delivery_id: int
+    endpoint_id: int
+    status: Status
+    next_attempt_in_s: float  # ignored unless status is FAILED or PENDING
+    spent_attempt: bool  # False when a row is handed back unsent
+    status_code: int | None = None
+    response_ms: int | None = None
+    error: str | None = None
+    disable_endpoint: bool = False
+    pause_s: float | None = None  # Retry-After: pause the whole endpoint this long
+
+    @classmethod
+    def unsendable(cls, d: Delivery, error: str) -> Outcome:
+        """Dead-lettered without an attempt: nothing it could be sent to, or
+        a payload the endpoint's shape cannot use."""
+        return cls(d.id, d.endpoint_id, Status.DEAD_LETTER, 0.0, False, error=error[:300])
+
+    @classmethod
+    def handed_back(cls, d: Delivery, delay_s: float = 0.0) -> Outcome:
+        """A claimed row handed back unsent: no attempt spent."""
+        return cls(d.id, d.endpoint_id, Status.PENDING, delay_s, False)
+
+    @classmethod
+    def attempted(cls, d: Delivery, r: AttemptResult, status: Status, delay_s: float) -> Outcome:
+        """After an attempt: what the retry policy made of it, with what the
+        attempt saw (a 410 disables the endpoint; a 429/503's Retry-After
+        pauses it)."""
+        return cls(d.id, d.endpoint_id, status, delay_s, True, r.status_code, r.response_ms,
+                   r.error, r.gone, r.retry_after_s if r.overloaded else None)  # fmt: skip
+
+
+# The range of every numeric setting (SPEC "Limits"): checked where values
+# enter (API, CLI, Python API), held by the schema's CHECK constraints, and
+# checked again on every row the worker reads, so that no value one
+# application can set (or an old release wrote) can stop or starve a worker.
+RANGES: dict[str, tuple[float, float]] = {
+    "rate_per_s": (0.001, 100_000),
+    "burst": (1, 100_000),
+    "max_in_flight": (1, 10_000),
+    "timeout_ms": (100, 300_000),
+    "max_attempts": (1, 100),
+    "retry_base_ms": (0, 86_400_000),
+    "retry_cap_ms": (0, 604_800_000),
+    "failure_threshold": (1, 10_000),
+    "cooldown_s": (1, 86_400),
+}
+_INTEGRAL = frozenset(RANGES) - {"rate_per_s", "cooldown_s"}
+
+
+def out_of_range(settings: EndpointSettings) -> str | None:
+    """The first numeric setting outside its range, as `name must be between
+    low and high`; None when all are in range. NaN and infinities are out of
+    every range; integral settings must be integers (never bools)."""
+    for name, (low, high) in RANGES.items():
+        value = getattr(settings, name)
+        if value is None and name in ("rate_per_s", "burst"):
+            continue
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if ok and name in _INTEGRAL:
+            ok = isinstance(value, int)
+        if not ok or not low <= value <= high:
+            return f"{name} must be between {fmt_number(low)} and {fmt_number(high)}"
+    return None
+
+
+def fmt_number(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(x)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EndpointSpec(EndpointSettings):
+    """What a user asks for when creating or updating an endpoint."""
+
+    url: str
+    secret: str | None = None
+    # Labels for people (dashboards, lists); the worker never reads them.
+    name: str | None = None
+    description: str | None = None
+
+    def validate(self) -> None:
+        from dispatcher.core.errors import BadInput
+
+        problem = out_of_range(self)
+        if problem is not None:
+            raise BadInput(problem)
+        if not self.event_types or any(
+            not t or len(t) > 200 or not t.isprintable() for t in self.event_types
+        ):
+            raise BadInput("event types must be non-empty printable strings")
+        validate_headers(self.headers)
+        validate_labels(self.name, self.description)
+        validate_shape(self)
+
+
+SEALED_PREFIX = "enc:v1:"  # secretbox.PREFIX (models imports nothing of ours)
+METHODS = ("POST", "GET", "PUT")
+BODIES = ("json", "form", "none")
+ORDERINGS = ("none", "fifo")
+_KEY_PATH = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
+_PEM = re.compile(r"-----BEGIN [A-Z0-9 ]+-----[\s\S]+-----END [A-Z0-9 ]+-----\s*")
+
+
+def validate_shape(spec: EndpointSettings) -> None:
+    """Method, body, ordering and client credentials; the success-body
+    pattern and the filter's JSON are checked where they are read (inputs)."""
+    from dispatcher.core.errors import BadInput
+
+    if spec.method not in METHODS:
+        raise BadInput(f"method must be one of {', '.join(METHODS)}")
+    if spec.body is not None and spec.body not in BODIES:
+        raise BadInput(f"body must be one of {', '.join(BODIES)}")
+    if spec.ordering not in ORDERINGS:
+        raise BadInput(f"ordering must be one of {', '.join(ORDERINGS)}")
+    if spec.ordering_key is not None:
+        if spec.ordering != "fifo":
+            raise BadInput("ordering_key needs ordering fifo")
+        if len(spec.ordering_key) > 200 or not _KEY_PATH.fullmatch(spec.ordering_key):
+            raise BadInput("ordering_key must be a field name (a.b for a nested one)")
+    if (spec.client_cert is None) != (spec.client_key is None):
+        raise BadInput("client_cert and client_key go together")
+    for name, pem in (("client_cert", spec.client_cert), ("client_key", spec.client_key)):
+        if pem is None or pem.startswith(SEALED_PREFIX):
+            continue  # the stored, sealed value an update carries over
+        if len(pem) > 65_536 or not _PEM.fullmatch(pem.strip() + "\n"):
+            raise BadInput(f"{name} must be PEM text (-----BEGIN …-----)")
+
+
+def validate_labels(name: str | None, description: str | None) -> None:
+    from dispatcher.core.errors import BadInput
+
+    if name is not None and (not 0 < len(name) <= 100 or not name.isprintable()):
+        raise BadInput("name must be 1..100 printable characters")
+    if description is not None and (
+        len(description) > 1000 or not all(c in "\n\t" or c.isprintable() for c in description)
+    ):
+        raise BadInput("description must be at most 1000 characters, without control characters")
+
+
+# Headers a user may not set: ours (the signature would no longer match what
+# receivers verify) and the ones HTTP framing depends on.
+RESERVED_HEADERS = frozenset({
+    "webhook-id", "webhook-timestamp", "webhook-signature", "content-type", "content-length",
+    "user-agent", "host", "transfer-encoding", "connection", "te", "upgrade", "expect",
+    "keep-alive", "proxy-connection", "trailer",
+})  # fmt: skip
+_TOKEN_CHARS = frozenset(
+    "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+)
+
+
+def validate_headers(headers: tuple[tuple[str, str], ...]) -> None:
+    from dispatcher.core.errors import BadInput
+
+    if len(headers) > 20:
+        raise BadInput("at most 20 custom headers")
+    seen = set()
+    for name, value in headers:
+        if (
+            not isinstance(name, str)
+            or not name
+            or not set(name) <= _TOKEN_CHARS
+            or len(name) > 100
+        ):
+            raise BadInput("header names must be HTTP tokens of 1..100 characters")
+        low = name.lower()
+        if low in RESERVED_HEADERS or low.startswith("webhook-"):
+            raise BadInput(f"header {name} is set by dispatcher and cannot be overridden")
+        if low in seen:
+            raise BadInput(f"header {name} is given twice")
+        seen.add(low)
+        if not isinstance(value, str) or len(value) > 2048:
+            raise BadInput(f"header {name}: value must be a string of at most 2048 characters")
+        if any(c in value for c in "\r\n\0") or not all(
+            c == "\t" or c.isprintable() for c in value
+        ):
+            raise BadInput(f"header {name}: value must not contain control characters")
+        if value.startswith("enc:v1:"):
+            # The stored form of a sealed value: a plain one must not look like it.
+            raise BadInput(f"header {name}: value must not start with enc:v1:")

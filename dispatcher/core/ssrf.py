@@ -1,0 +1,233 @@
+"""Which destinations the sender may connect to (the SSRF guard).
+
+No I/O: the address checks take resolved addresses; the sender's resolver
+calls them after DNS and connects to the vetted addresses only, so a name
+cannot resolve once to a public address and once more to a private one.
+URLs are read with the sender's own parser (yarl, with its IDNA rules), so
+what `endpoint add` accepts is exactly what the sender can send to, and a
+literal address is judged in every form the C resolver would accept.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import socket
+from dataclasses import dataclass
+
+from yarl import URL
+
+from dispatcher.core.errors import BadInput, TargetRefused
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+# Deprecated IPv4-compatible (::a.b.c.d, RFC 4291) and SIIT IPv4-translated
+# (::ffff:0:a.b.c.d, RFC 2765) forms; `ipaddress` marks neither as non-global.
+_V4_COMPATIBLE = ipaddress.ip_network("::/96")
+_V4_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")
+
+
+def _embedded_v4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]
+    if ip in _NAT64 or ip in _V4_COMPATIBLE or ip in _V4_TRANSLATED:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
+def address_allowed(ip: IPAddress) -> bool:
+    """Public unicast only: no loopback, private, CGNAT, link-local (cloud
+    metadata), multicast, reserved or unspecified addresses, in any form."""
+    if ip.is_multicast or not ip.is_global:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip in _NAT64_LOCAL:
+            return False
+        inner = _embedded_v4(ip)
+        if inner is not None:
+            return address_allowed(inner)
+    return True
+
+
+def check_address(
+    host: str, address: str, *, allow_private: bool, allowed_networks: tuple[str, ...] = ()
+) -> None:
+    if allow_private:
+        return
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        raise TargetRefused(f"{host}: unparseable address") from None
+    if address_allowed(ip):
+        return
+    # The allow-list of a private deployment: exactly these networks, in the
+    # address's own family (a mapped form does not sneak through).
+    for net in allowed_networks:
+        network = ipaddress.ip_network(net)
+        if ip.version == network.version and ip in network:
+            return
+    raise TargetRefused(f"{host} resolves to a non-public address ({ip})")
+
+
+def parse_target(url: str) -> URL:
+    """The URL exactly as the sender will send to it, or BadInput.
+
+    The sender's own parser (yarl) and its IDNA rules decide: a host that
+    yarl cannot encode, or whose encoded form does not decode again (aiohttp
+    and the sender both read `URL.host`), is refused here rather than found
+    by the worker later. Hosts made only of digits and dots, which aiohttp
+    sends only in canonical dotted-quad form, must be an address.
+    """
+    if not isinstance(url, str) or not url or len(url) > 2048:
+        raise BadInput("url must be a non-empty string of at most 2048 characters")
+    if any(c in url for c in "\r\n\t ") or not url.isprintable():
+        raise BadInput("url must not contain whitespace or control characters")
+    try:
+        target = URL(url)
+        host = target.raw_host
+        port = target.explicit_port
+        if host:
+            target.host  # noqa: B018 - the decoding aiohttp does; it must not raise
+    except (ValueError, UnicodeError) as exc:
+        raise BadInput(f"url is not valid: {_reason(exc)}") from None
+    if target.scheme not in ("http", "https"):
+        raise BadInput("url scheme must be http or https")
+    if not host:
+        raise BadInput("url must name a host")
+    if target.raw_user is not None or target.raw_password is not None:
+        raise BadInput("url must not carry credentials")
+    if port == 0:
+        raise BadInput("url port must be 1..65535")
+    if literal_address(host) is None and _legacy_ipv4(host) is None:
+        _check_name(host)
+    return target
+
+
+def validate_url(url: str) -> str:
+    """Shape check done when an endpoint is created or changed (see parse_target)."""
+    parse_target(url)
+    return url
+
+
+def _reason(exc: Exception) -> str:
+    return str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+
+
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,63}(\.[A-Za-z0-9_-]{1,63})*\.?")
+
+
+def _check_name(host: str) -> None:
+    if host.replace(".", "").isdigit():
+        # aiohttp sends such a host only as a canonical dotted quad.
+        raise BadInput(f"url host {host} is not a valid IPv4 address")
+    if len(host) > 253 or not _NAME.fullmatch(host):
+        raise BadInput("url host is not a valid host name")
+
+
+def _legacy_ipv4(host: str) -> ipaddress.IPv4Address | None:
+    """The address a non-canonical IPv4 form (2130706433, 0x7f000001, 127.1,
+    0177.0.0.1) stands for: the C resolver maps every one of them onto an
+    address, so the guard must see that address, not a name."""
+    if not host or not host[0].isascii() or not host[0].isdigit() or not host.isascii():
+        return None
+    if not all(c.isalnum() or c == "." for c in host):
+        return None
+    try:
+        packed = socket.inet_aton(host)
+    except OSError:
+        return None
+    return ipaddress.IPv4Address(packed)
+
+
+def target_refusal(
+    host: str, *, allow_private: bool, allowed_networks: tuple[str, ...] = ()
+) -> str | None:
+    """Why the sender must never send to this (raw, encoded) host, or None.
+
+    Only literal addresses are decided here (aiohttp skips the resolver for
+    them); names are checked after DNS by the sender's resolver. A
+    non-canonical IPv4 form is refused as the address it stands for, and
+    even where that address is allowed (aiohttp will not send to the form).
+    """
+    ip = literal_address(host)
+    legacy = _legacy_ipv4(host) if ip is None else None
+    if ip is None and legacy is None:
+        return None
+    try:
+        check_address(
+            host,
+            str(ip if ip is not None else legacy),
+            allow_private=allow_private,
+            allowed_networks=allowed_networks,
+        )
+    except TargetRefused as exc:
+        return f"{exc}" if legacy is None else f"{host} is {legacy}, a non-public address"
+    if legacy is not None:
+        return f"{host} is not a canonical IPv4 address (write it as {legacy})"
+    return None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TargetPolicy:
+    """Which literal destinations a deployment allows (its settings)."""
+
+    allow_private: bool = False
+    allowed_networks: tuple[str, ...] = ()
+    # Behind DISPATCHER_HTTP_PROXY the proxy resolves names: only literal
+    # addresses are judged here, and the proxy must enforce the rest.
+    names_via_proxy: bool = False
+
+
+def _refused(why: str) -> BadInput:
+    return BadInput(
+        f"url refused by the SSRF guard: {why} (DISPATCHER_ALLOW_PRIVATE_TARGETS=1 "
+        "or DISPATCHER_ALLOWED_NETWORKS allow private targets)"
+    )
+
+
+def check_target(url: str, policy: TargetPolicy) -> None:
+    """What `endpoint add` and every update check: the URL's shape (as the
+    sender reads it) and its literal address (as the sender judges it)."""
+    target = parse_target(url)
+    why = target_refusal(
+        target.raw_host or "",
+        allow_private=policy.allow_private,
+        allowed_networks=policy.allowed_networks,
+    )
+    if why is not None:
+        raise _refused(why)
+
+
+def check_resolved(host: str, addresses: list[str], policy: TargetPolicy) -> None:
+    """A name whose every address the sender would refuse is refused now,
+    at `endpoint add`, rather than dead-lettering every delivery later. One
+    allowed address is enough: the sender connects to the allowed ones."""
+    if not addresses:
+        return
+    refusal: TargetRefused | None = None
+    for address in addresses:
+        try:
+            check_address(
+                host,
+                address,
+                allow_private=policy.allow_private,
+                allowed_networks=policy.allowed_networks,
+            )
+        except TargetRefused as exc:
+            refusal = exc
+            continue
+        return
+    raise _refused(str(refusal))
+
+
+def literal_address(host: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(host.strip("[]").split("%", 1)[0])
+    except ValueError:
+        return None

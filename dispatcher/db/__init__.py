@@ -1,0 +1,234 @@
+"""Connections, migrations and the named queries: what every data-access module shares.
+
+Queries live in queries.sql as named blocks (`-- name: x`) and migrations in
+schema/; the data-access modules (store for the worker's hot path, catalog
+for endpoints, events and reports) bind them to connections. No other
+module runs SQL.
+
+Driver errors are classified here, once: `TRANSIENT` lists every error that
+means "the database or the connection to it failed" (retry later), as
+opposed to an error in what was asked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.resources
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+from dispatcher.core.errors import BadInput, OperationalError
+from dispatcher.core.shaping import compile_success_body
+from dispatcher.db.embedded import with_database
+
+# What every query function takes: a plain connection or one from a pool.
+Conn = asyncpg.Connection | PoolConnectionProxy
+
+MIGRATION_LOCK = 0x6469737061746368  # "dispatch"
+MAINTENANCE_LOCK = MIGRATION_LOCK + 1
+_MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
+
+# Connection-level failures: the socket, the server going away or refusing
+# connections (restart, failover, pg_terminate_backend), and asyncpg's own
+# client-side errors once its protocol state is broken by one of those.
+TRANSIENT: tuple[type[Exception], ...] = (
+    OSError,
+    TimeoutError,
+    ConnectionError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.ConnectionFailureError,
+)
+
+# Anything that can come back from talking to the database: what a worker's
+# loop survives (and retries), where a CLI command would stop with one line.
+DATABASE_ERRORS: tuple[type[Exception], ...] = (*TRANSIENT, asyncpg.PostgresError)
+
+
+def _load_queries() -> dict[str, str]:
+    text = importlib.resources.files("dispatcher.db").joinpath("queries.sql").read_text()
+    queries: dict[str, str] = {}
+    name: str | None = None
+    for line in text.splitlines():
+        if line.startswith("-- name: "):
+            name = line.removeprefix("-- name: ").strip()
+            queries[name] = ""
+        elif name is not None:
+            queries[name] += line + "\n"
+    return {k: v.strip().rstrip(";") for k, v in queries.items()}
+
+
+Q = _load_queries()
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+async def connect(url: str) -> asyncpg.Connection:
+    try:
+        return await asyncpg.connect(url, timeout=10)
+    except DATABASE_ERRORS as exc:
+        raise OperationalError(f"cannot connect to the database: {one_line(exc)}") from None
+
+
+@contextlib.asynccontextmanager
+async def acquire(pool: asyncpg.Pool) -> AsyncIterator[Conn]:
+    """A pooled connection that is thrown away, not reused, after a
+    connection-level failure: asyncpg can leave one in a protocol state that
+    fails every later call ("another operation is in progress")."""
+    async with pool.acquire() as conn:
+        try:
+            yield conn
+        except TRANSIENT:
+            conn.terminate()
+            raise
+
+
+async def _keep_session(_: asyncpg.Connection) -> None:
+    """Pool reset hook that does nothing: our pooled connections never change
+    session state (no LISTEN, no SET), so the default RESET ALL round trip on
+    every release would be pure cost on the hot path."""
+
+
+async def create_pool(
+    url: str,
+    *,
+    size: int = 4,
+    synchronous_commit: bool = True,
+    command_timeout: float | None = None,
+) -> asyncpg.Pool:
+    settings = {} if synchronous_commit else {"synchronous_commit": "off"}
+    try:
+        pool = await asyncpg.create_pool(
+            url,
+            # No connection floor: asyncpg restores a floor in a task of its
+            # own, outside our error handling; ours reconnect on demand.
+            min_size=0,
+            max_size=size,
+            timeout=10,
+            reset=_keep_session,
+            server_settings=settings,
+            command_timeout=command_timeout,
+        )
+        assert pool is not None
+        # Fail here, with one clear line, when the database is not there.
+        async with pool.acquire() as conn:
+            await conn.fetchval("SELECT 1")
+    except DATABASE_ERRORS as exc:
+        raise OperationalError(f"cannot connect to the database: {one_line(exc)}") from None
+    assert pool is not None
+    return pool
+
+
+async def recreate_database(server_url: str, name: str) -> str:
+    """Drops and creates database `name` on the server, migrated; returns its URL.
+
+    For the demo and the benchmarks, which want a clean slate each run.
+    """
+    admin = await connect(server_url)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    url = with_database(server_url, name)
+    conn = await connect(url)
+    try:
+        await migrate(conn)
+    finally:
+        await conn.close()
+    return url
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    found = []
+    for entry in importlib.resources.files("dispatcher.schema").iterdir():
+        m = _MIGRATION_NAME.match(entry.name)
+        if m:
+            found.append((int(m.group(1)), entry.name, entry.read_text()))
+    if not found:  # pragma: no cover - a broken install
+        raise OperationalError(f"no migrations found in {Path(__file__).parent / 'schema'}")
+    return sorted(found)
+
+
+async def _set_aside_patterns(conn: Conn) -> None:
+    """After 009: success_body patterns are RE2 from now on. An endpoint
+    whose pattern RE2 cannot compile (lookaround, backreferences) is
+    disabled with the reason, rather than dead-lettering its deliveries:
+    its queued rows wait until the pattern is fixed and it is enabled."""
+    rows = await conn.fetch(
+        "SELECT id, success_body FROM endpoints"
+        " WHERE success_body IS NOT NULL AND deleted_at IS NULL"
+    )
+    for r in rows:
+        try:
+            compile_success_body(r["success_body"])
+        except BadInput:
+            await conn.execute(
+                "UPDATE endpoints SET enabled = false, disabled_reason = $2, updated_at = now()"
+                " WHERE id = $1",
+                r["id"],
+                UNUSABLE_PATTERN,
+            )
+
+
+UNUSABLE_PATTERN = "success_body is not RE2 syntax: fix it, then enable the endpoint"
+# Steps a migration needs that SQL cannot take, run in its transaction.
+AFTER: dict[int, Callable[[Conn], Awaitable[None]]] = {9: _set_aside_patterns}
+
+
+async def migrate(conn: Conn, *, upto: int | None = None) -> list[str]:
+    """Applies pending migrations; several processes may call it at once.
+    `upto`: only those numbered up to it (a database as an older release
+    left it, for tests and benchmarks of the next migration)."""
+    applied_now: list[str] = []
+    # A session lock, held across the per-migration transactions, serialises
+    # concurrent migrators; the second one finds everything applied.
+    await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK)
+    try:
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS dispatcher_migrations ("
+            " version integer PRIMARY KEY, name text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        done = {r["version"] for r in await conn.fetch("SELECT version FROM dispatcher_migrations")}
+        for version, name, sql in migrations():
+            if version in done or (upto is not None and version > upto):
+                continue
+            async with conn.transaction():
+                await conn.execute(sql)
+                if version in AFTER:
+                    await AFTER[version](conn)
+                await conn.execute(
+                    "INSERT INTO dispatcher_migrations (version, name) VALUES ($1, $2)",
+                    version,
+                    name,
+                )
+            applied_now.append(name)
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
+    return applied_now
+
+
+async def migrations_current(conn: Conn) -> bool:
+    try:
+        done = {r["version"] for r in await conn.fetch("SELECT version FROM dispatcher_migrations")}
+    except asyncpg.UndefinedTableError:
+        return False
+    return all(v in done for v, _, _ in migrations())
+
+
+async def require_schema(conn: Conn) -> None:
+    if not await migrations_current(conn):
+        raise OperationalError("the database is not migrated: run `dispatcher migrate` first")

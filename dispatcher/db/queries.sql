@@ -1,0 +1,711 @@
+-- Named queries, loaded by dispatcher.db (Q) and bound to connections by
+-- db.store (the worker) and db.catalog (the entry points); `-- name: x`
+-- starts block x.
+
+-- name: claim_batch
+-- One statement claims across endpoints: each endpoint contributes at most
+-- the rows it can start now (its budget), in the order the engine rotates for
+-- fairness. in_flight rows whose lease ran out are due again (reclaim).
+WITH budget AS (
+    SELECT * FROM unnest($1::bigint[], $2::int[], $3::float8[]) WITH ORDINALITY
+        AS b(endpoint_id, n, lease_s, ord)
+), picked AS (
+    SELECT q.id, b.lease_s
+    FROM budget b
+    CROSS JOIN LATERAL (
+        SELECT w.id FROM webhook_queue w
+        WHERE w.endpoint_id = b.endpoint_id
+          AND w.status IN ('pending', 'failed', 'in_flight')
+          AND w.next_attempt_at <= now()
+          -- FIFO: only the head of its lane (no earlier live row of the
+          -- same key), whichever worker or host holds the earlier one.
+          AND (w.order_key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM webhook_queue h
+                WHERE h.endpoint_id = w.endpoint_id AND h.order_key = w.order_key
+                  AND h.status IN ('pending', 'failed', 'in_flight') AND h.id < w.id))
+        ORDER BY w.next_attempt_at
+        LIMIT b.n
+        FOR UPDATE SKIP LOCKED
+    ) q
+    LIMIT $4
+)
+UPDATE webhook_queue w
+SET status = 'in_flight',
+    next_attempt_at = now() + make_interval(secs => picked.lease_s),
+    locked_by = $5,
+    updated_at = now()
+FROM picked
+WHERE w.id = picked.id
+RETURNING w.id, w.endpoint_id, w.event_id, w.payload::text AS payload,
+          w.attempt_count, w.max_attempts, w.event_type;
+
+-- name: record_outcomes
+-- Every outcome of a flush in one statement: the queue rows, and a latency
+-- sample for each attempt that reached the wire (or timed out on it).
+WITH o AS (
+    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::bool[],
+                         $6::int[], $7::int[], $8::text[])
+        AS o(id, endpoint_id, status, delay_s, spent, status_code, response_ms, error)
+), upd AS (
+    UPDATE webhook_queue w
+    SET status = CASE WHEN o.status = 'pending' AND w.attempt_count > 0 THEN 'failed'
+                      ELSE o.status END,
+        attempt_count = w.attempt_count + o.spent::int,
+        next_attempt_at = CASE WHEN o.status IN ('pending', 'failed')
+                               THEN now() + make_interval(secs => o.delay_s)
+                               ELSE w.next_attempt_at END,
+        delivered_at = CASE WHEN o.status = 'delivered' THEN now() ELSE w.delivered_at END,
+        last_error = CASE WHEN o.spent OR o.status = 'dead_letter' THEN o.error
+                          ELSE w.last_error END,
+        last_status_code = CASE WHEN o.spent THEN o.status_code ELSE w.last_status_code END,
+        last_response_ms = CASE WHEN o.spent THEN o.response_ms ELSE w.last_response_ms END,
+        locked_by = NULL,
+        updated_at = now()
+    FROM o
+    WHERE w.id = o.id AND w.status = 'in_flight' AND w.locked_by = $9
+    RETURNING CASE WHEN o.status = 'delivered'
+                   THEN extract(epoch FROM now() - w.created_at)::float8 END AS lag_s
+), lat AS (
+    INSERT INTO endpoint_latency (endpoint_id, response_ms, status_code, delivery_id, error)
+    SELECT o.endpoint_id, o.response_ms, o.status_code, o.id, o.error FROM o WHERE o.spent
+)
+-- End-to-end lags of what was delivered, for the lag histogram.
+SELECT coalesce(array_agg(lag_s) FILTER (WHERE lag_s IS NOT NULL), '{}') FROM upd;
+
+-- name: lock_health
+-- The stored breakers of a flush, locked, with what the fold needs: the
+-- endpoint's own threshold and base cooldown, and the database clock.
+SELECT h.endpoint_id, h.state, h.consecutive_failures,
+       extract(epoch FROM h.opened_at)::float8 AS opened_at, h.cooldown_seconds,
+       extract(epoch FROM h.last_failure_at)::float8 AS last_failure_at,
+       extract(epoch FROM h.last_success_at)::float8 AS last_success_at, h.p95_ms,
+       e.failure_threshold, e.cooldown_s, extract(epoch FROM now())::float8 AS db_now
+FROM endpoint_health h JOIN endpoints e ON e.id = h.endpoint_id
+WHERE h.endpoint_id = ANY($1::bigint[])
+ORDER BY h.endpoint_id
+FOR UPDATE OF h;
+
+-- name: store_health
+UPDATE endpoint_health h
+SET state = s.state,
+    consecutive_failures = s.consecutive_failures,
+    opened_at = to_timestamp(s.opened_at),
+    cooldown_seconds = s.cooldown_s,
+    failure_threshold = s.threshold,
+    last_failure_at = to_timestamp(s.last_failure_at),
+    last_success_at = to_timestamp(s.last_success_at),
+    probe_owner = CASE WHEN s.state = 'half_open' THEN h.probe_owner END,
+    probe_started_at = CASE WHEN s.state = 'half_open' THEN h.probe_started_at END,
+    updated_at = now()
+FROM unnest($1::bigint[], $2::text[], $3::int[], $4::float8[], $5::float8[], $6::int[],
+            $7::float8[], $8::float8[])
+    AS s(endpoint_id, state, consecutive_failures, opened_at, cooldown_s, threshold,
+         last_failure_at, last_success_at)
+WHERE h.endpoint_id = s.endpoint_id;
+
+-- name: record_transitions
+INSERT INTO breaker_transitions (endpoint_id, from_state, to_state, cooldown_seconds)
+SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::float8[]);
+
+-- name: disable_gone
+UPDATE endpoints SET enabled = false, disabled_reason = '410 Gone from receiver',
+       updated_at = now()
+WHERE id = ANY($1::bigint[]) AND enabled;
+
+-- name: begin_probe
+-- Exactly one worker wins the half-open probe; a prober that died is
+-- replaced once its probe is older than the lease.
+WITH won AS (
+    UPDATE endpoint_health
+    SET state = 'half_open', probe_owner = $2, probe_started_at = now(), updated_at = now()
+    WHERE endpoint_id = $1
+      AND ((state = 'open' AND opened_at + make_interval(secs => cooldown_seconds) <= now())
+           OR (state = 'half_open' AND probe_started_at < now() - make_interval(secs => $3)))
+    RETURNING endpoint_id, cooldown_seconds
+), logged AS (
+    INSERT INTO breaker_transitions (endpoint_id, from_state, to_state, cooldown_seconds)
+    SELECT endpoint_id, 'open', 'half_open', cooldown_seconds FROM won
+)
+SELECT endpoint_id FROM won;
+
+-- name: engine_endpoints
+SELECT e.id, e.url, e.secret, e.event_types, e.rate_per_s, e.burst, e.max_in_flight,
+       e.timeout_ms, e.max_attempts, e.retry_base_ms, e.retry_cap_ms,
+       e.failure_threshold, e.cooldown_s, e.enabled, e.headers, e.method, e.body,
+       e.success_body, e.filter, e.ordering, e.ordering_key, e.client_cert, e.client_key,
+       e.application_id,
+       coalesce(
+           (SELECT array_agg(s.secret ORDER BY s.expires_at DESC) FROM endpoint_secrets s
+            WHERE s.endpoint_id = e.id AND s.expires_at > now()),
+           '{}') AS old_secrets,
+       h.state, h.consecutive_failures, extract(epoch FROM h.opened_at)::float8 AS opened_at,
+       h.cooldown_seconds, h.probe_owner, h.p95_ms,
+       greatest(0, extract(epoch FROM h.paused_until - now()))::float8 AS paused_for_s,
+       extract(epoch FROM now())::float8 AS db_now
+FROM endpoints e LEFT JOIN endpoint_health h ON h.endpoint_id = e.id
+WHERE e.deleted_at IS NULL
+ORDER BY e.id;
+
+-- name: insert_endpoint
+INSERT INTO endpoints (url, secret, event_types, rate_per_s, burst, max_in_flight, timeout_ms,
+                       max_attempts, retry_base_ms, retry_cap_ms, failure_threshold, cooldown_s,
+                       name, description, method, body, success_body, filter, ordering,
+                       ordering_key, client_cert, client_key, headers, application_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
+        $18::jsonb, $19, $20, $21, $22, $23::jsonb, $24)
+RETURNING *;
+
+-- name: list_endpoints
+SELECT * FROM endpoints
+WHERE deleted_at IS NULL AND ($1::text IS NULL OR application_id = $1)
+ORDER BY id;
+
+-- name: endpoint_application
+SELECT application_id FROM endpoints WHERE id = $1 AND deleted_at IS NULL;
+
+-- name: get_endpoint
+SELECT * FROM endpoints WHERE id = $1 AND deleted_at IS NULL;
+
+-- name: lock_endpoint
+SELECT * FROM endpoints WHERE id = $1 AND deleted_at IS NULL FOR UPDATE;
+
+-- name: set_enabled
+UPDATE endpoints
+SET enabled = $2, disabled_reason = CASE WHEN $2 THEN NULL ELSE $3 END, updated_at = now()
+WHERE id = $1 AND deleted_at IS NULL
+RETURNING *;
+
+-- name: lock_secret
+SELECT secret FROM endpoints WHERE id = $1 AND deleted_at IS NULL FOR UPDATE;
+
+-- name: keep_secret
+-- The rotated-out secret keeps signing alongside the new one until expires_at.
+INSERT INTO endpoint_secrets (endpoint_id, secret, expires_at)
+VALUES ($1, $2, now() + make_interval(secs => $3))
+ON CONFLICT (endpoint_id, secret) DO UPDATE SET expires_at = excluded.expires_at;
+
+-- name: rotate_secret
+UPDATE endpoints SET secret = $2, updated_at = now() WHERE id = $1
+RETURNING *;
+
+-- name: prune_secrets
+DELETE FROM endpoint_secrets WHERE expires_at <= now();
+
+-- name: endpoint_ids
+SELECT id, application_id FROM endpoints WHERE id = ANY($1::bigint[]) AND deleted_at IS NULL;
+
+-- name: application_ids
+SELECT id FROM applications WHERE id = ANY($1::text[]);
+
+-- name: stage_events
+CREATE TEMP TABLE dispatcher_stage (
+    event_id text NOT NULL,
+    event_type text NOT NULL,
+    payload text NOT NULL,
+    endpoint_id bigint,
+    application_id text
+) ON COMMIT DROP;
+
+-- name: fan_out_staged
+WITH ins AS (
+    -- Filters and FIFO lanes as dispatcher_enqueue decides them (007).
+    INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload, max_attempts,
+                               order_key)
+    SELECT e.id, s.event_id, s.event_type, s.payload::json, e.max_attempts,
+           dispatcher_order_key(e.ordering, e.ordering_key, s.payload::json)
+    FROM dispatcher_stage s
+    -- A line without an application is the default's; one with an endpoint
+    -- id goes to that endpoint (the caller checked it is the line's application's).
+    JOIN endpoints e ON e.deleted_at IS NULL AND CASE WHEN s.endpoint_id IS NULL
+        THEN e.application_id = coalesce(s.application_id, 'default') AND e.enabled
+             AND (e.event_types @> ARRAY[s.event_type] OR e.event_types @> '{*}')
+             AND dispatcher_filter_passes(e.filter, s.payload::json)
+        ELSE e.id = s.endpoint_id END
+    ON CONFLICT (endpoint_id, event_id) DO NOTHING
+    RETURNING 1
+)
+SELECT count(*) FROM ins;
+
+-- name: enqueue_one
+SELECT CASE WHEN $5::text IS NULL THEN dispatcher_enqueue($1, $2::json, $3, $4)
+            ELSE dispatcher_enqueue_app($5, $1, $2::json, $3, $4) END;
+
+-- name: health_summary
+SELECT
+    count(*) FILTER (WHERE status = 'pending') AS pending,
+    count(*) FILTER (WHERE status = 'failed') AS awaiting_retry,
+    count(*) FILTER (WHERE status = 'in_flight') AS in_flight,
+    (SELECT count(*) FROM webhook_queue WHERE status = 'dead_letter') AS dead_letter,
+    (SELECT count(*) FROM webhook_queue
+      WHERE status = 'delivered' AND delivered_at > now() - interval '1 hour')
+        AS delivered_last_hour,
+    (SELECT count(*) FROM webhook_queue
+      WHERE status IN ('failed', 'dead_letter') AND updated_at > now() - interval '1 hour')
+        AS failed_last_hour,
+    min(created_at) AS oldest_pending,
+    (SELECT avg(last_response_ms) FROM webhook_queue
+      WHERE status = 'delivered' AND delivered_at > now() - interval '1 hour')
+        AS avg_delivery_ms_last_hour,
+    -- The workers: those beating (within 10 s) and those that stopped
+    -- (lost their database, or died: their rows come back after the lease).
+    (SELECT count(*) FROM dispatcher_workers
+      WHERE heartbeat_at > now() - interval '10 seconds') AS workers_live,
+    (SELECT count(*) FROM dispatcher_workers
+      WHERE heartbeat_at <= now() - interval '10 seconds') AS workers_silent,
+    (SELECT coalesce(sum(outcomes_waiting), 0) FROM dispatcher_workers)::bigint
+        AS outcomes_waiting
+FROM webhook_queue
+WHERE status IN ('pending', 'failed', 'in_flight');
+
+-- name: refresh_percentiles
+-- Per endpoint, exact percentiles over the window, each an index range scan
+-- of (endpoint_id, measured_at); the last hour's attempts and 2xx answers
+-- (within the window) come from the same scan.
+UPDATE endpoint_health h
+SET p50_ms = s.p50, p95_ms = s.p95, p99_ms = s.p99, sample_count = s.n,
+    attempts_last_hour = s.hour_n, successes_last_hour = s.hour_ok
+FROM (
+    SELECT h2.endpoint_id, l.p50, l.p95, l.p99, l.n, l.hour_n, l.hour_ok
+    FROM endpoint_health h2
+    CROSS JOIN LATERAL (
+        SELECT percentile_cont(0.50) WITHIN GROUP (ORDER BY response_ms) AS p50,
+               percentile_cont(0.95) WITHIN GROUP (ORDER BY response_ms) AS p95,
+               percentile_cont(0.99) WITHIN GROUP (ORDER BY response_ms) AS p99,
+               count(*)::int AS n,
+               (count(*) FILTER (WHERE el.measured_at > now() - interval '1 hour'))::int
+                   AS hour_n,
+               (count(*) FILTER (WHERE el.measured_at > now() - interval '1 hour'
+                                   AND el.status_code BETWEEN 200 AND 299))::int AS hour_ok
+        FROM endpoint_latency el
+        WHERE el.endpoint_id = h2.endpoint_id
+          AND el.measured_at > now() - make_interval(secs => $1)
+    ) l
+) s
+WHERE h.endpoint_id = s.endpoint_id;
+
+-- name: prune_latency
+DELETE FROM endpoint_latency
+WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM endpoint_latency
+    WHERE measured_at < now() - make_interval(secs => $1)
+    LIMIT $2));
+
+-- name: endpoint_health_report
+-- The last hour's attempts and 2xx share as of the last percentile refresh
+-- (a dashboard polls this: it must not count an hour of samples each time).
+SELECT e.id AS endpoint_id, e.application_id AS app, e.name, e.url, e.enabled, h.state,
+       h.consecutive_failures, h.failure_threshold, h.opened_at, h.cooldown_seconds,
+       h.p50_ms, h.p95_ms, h.p99_ms, h.sample_count, h.last_failure_at, h.last_success_at,
+       e.max_in_flight, e.rate_per_s, e.burst, h.attempts_last_hour,
+       round(h.successes_last_hour::numeric / nullif(h.attempts_last_hour, 0), 4)::float8
+           AS success_rate_last_hour
+FROM endpoints e JOIN endpoint_health h ON h.endpoint_id = e.id
+WHERE e.deleted_at IS NULL AND ($1::text IS NULL OR e.application_id = $1)
+ORDER BY e.id;
+
+-- name: dead_letters_by_endpoint
+-- success_share: how the endpoint answered its attempts over the span its
+-- letters died in (latency samples, one per attempt, indexed by endpoint and
+-- time): a flaky endpoint is told apart from one that was down.
+WITH dead AS (
+    SELECT endpoint_id,
+           count(*) AS dead,
+           mode() WITHIN GROUP (ORDER BY last_error) AS primary_error,
+           mode() WITHIN GROUP (ORDER BY last_status_code) AS primary_status_code,
+           min(updated_at) AS first_at,
+           max(updated_at) AS last_at,
+           avg(attempt_count)::float8 AS avg_attempts,
+           array_agg(extract(epoch FROM updated_at)::float8 ORDER BY updated_at) AS times,
+           array_agg(last_status_code ORDER BY updated_at) AS codes
+    FROM webhook_queue
+    WHERE status = 'dead_letter' AND updated_at > now() - make_interval(secs => $1)
+    GROUP BY endpoint_id
+)
+SELECT d.*, (SELECT e.application_id FROM endpoints e WHERE e.id = d.endpoint_id) AS app,
+       (SELECT (count(*) FILTER (WHERE l.status_code BETWEEN 200 AND 299))::float8
+               / nullif(count(*), 0)
+        FROM endpoint_latency l
+        WHERE l.endpoint_id = d.endpoint_id
+          AND l.measured_at BETWEEN d.first_at AND d.last_at) AS success_share
+FROM dead d
+ORDER BY d.endpoint_id;
+
+-- name: replay_ids
+UPDATE webhook_queue
+SET status = 'pending', attempt_count = 0, next_attempt_at = now(), updated_at = now()
+WHERE id = ANY($1::bigint[]) AND status = 'dead_letter'
+  -- A deleted endpoint's dead letters stay dead: nothing would send them.
+  -- An application's token replays only its own.
+  AND endpoint_id IN (SELECT id FROM endpoints WHERE deleted_at IS NULL
+                      AND ($2::text IS NULL OR application_id = $2))
+RETURNING id;
+
+-- name: replay_endpoint
+-- Capped: the oldest dead letters first, at most $4 per call.
+UPDATE webhook_queue
+SET status = 'pending', attempt_count = 0, next_attempt_at = now(), updated_at = now()
+WHERE id IN (
+    SELECT id FROM webhook_queue
+    WHERE endpoint_id = $1 AND status = 'dead_letter'
+      AND ($2::timestamptz IS NULL OR updated_at >= $2)
+      AND ($3::timestamptz IS NULL OR updated_at < $3)
+    ORDER BY updated_at, id
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED)
+RETURNING id;
+
+-- name: prune_delivered
+-- Walks the primary key from a cursor, 10,000 rows a statement: each batch
+-- is an index range scan whatever the heap order, and deletes only the
+-- delivered rows past retention in it. Returns where the walk got to and
+-- whether it reached rows too young to prune (then the walk starts over).
+WITH batch AS (
+    SELECT id, created_at FROM webhook_queue WHERE id > $3 ORDER BY id LIMIT $2
+), gone AS (
+    DELETE FROM webhook_queue w USING batch
+    WHERE w.id = batch.id AND w.status = 'delivered'
+      AND w.delivered_at < now() - make_interval(secs => $1)
+    RETURNING 1
+)
+SELECT (SELECT max(id) FROM batch) AS last_id,
+       (SELECT count(*) FROM gone) AS deleted,
+       coalesce((SELECT min(created_at) FROM batch)
+                >= now() - make_interval(secs => $1), true) AS reached_young;
+
+-- name: notify_due
+SELECT pg_notify('dispatcher_due', '');
+
+-- name: deliveries_for_event
+SELECT id, endpoint_id, event_id, event_type, status, attempt_count, max_attempts,
+       created_at, next_attempt_at, delivered_at, last_error, last_status_code,
+       last_response_ms
+FROM webhook_queue
+WHERE event_id = $1
+  AND ($2::text IS NULL
+       OR endpoint_id IN (SELECT id FROM endpoints WHERE application_id = $2))
+ORDER BY id;
+
+-- name: recent_deliveries
+-- Newest first, of one application (or all), optionally of one status and
+-- one endpoint: the portal's deliveries list.
+SELECT id, endpoint_id, event_id, event_type, status, attempt_count, max_attempts,
+       created_at, next_attempt_at, delivered_at, last_error, last_status_code,
+       last_response_ms
+FROM webhook_queue
+WHERE ($1::text IS NULL
+       OR endpoint_id IN (SELECT id FROM endpoints WHERE application_id = $1))
+  AND ($2::text IS NULL OR status = $2)
+  AND ($3::bigint IS NULL OR endpoint_id = $3)
+ORDER BY id DESC
+LIMIT $4;
+
+-- name: alert_inputs
+SELECT
+    (SELECT count(*) FROM webhook_queue
+      WHERE status = 'dead_letter' AND updated_at > now() - interval '1 hour') AS dead_last_hour,
+    (SELECT count(*) FROM webhook_queue
+      WHERE status = 'dead_letter' AND updated_at <= now() - interval '1 hour'
+        AND updated_at > now() - interval '2 hours') AS dead_prev_hour,
+    (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM webhook_queue
+      WHERE status IN ('pending', 'failed', 'in_flight')) AS oldest_pending_age_s,
+    (SELECT max(retry_cap_ms)::float8 / 1000 FROM endpoints) AS retry_window_s;
+
+-- name: metrics_view
+SELECT
+    (SELECT count(*) FROM webhook_queue WHERE status = 'pending') AS pending,
+    (SELECT count(*) FROM webhook_queue WHERE status = 'failed') AS failed,
+    (SELECT count(*) FROM webhook_queue WHERE status = 'in_flight') AS in_flight,
+    (SELECT count(*) FROM webhook_queue WHERE status = 'dead_letter') AS dead_letter,
+    (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM webhook_queue
+      WHERE status IN ('pending', 'failed', 'in_flight')) AS oldest_pending_s,
+    (SELECT count(*) FILTER (WHERE h.state = 'closed') FROM endpoint_health h
+      JOIN endpoints e ON e.id = h.endpoint_id AND e.deleted_at IS NULL) AS closed,
+    (SELECT count(*) FILTER (WHERE h.state = 'open') FROM endpoint_health h
+      JOIN endpoints e ON e.id = h.endpoint_id AND e.deleted_at IS NULL) AS open,
+    (SELECT count(*) FILTER (WHERE h.state = 'half_open') FROM endpoint_health h
+      JOIN endpoints e ON e.id = h.endpoint_id AND e.deleted_at IS NULL) AS half_open;
+
+-- name: dead_letters_list
+SELECT id, endpoint_id, event_id, event_type, attempt_count, created_at, updated_at AS dead_at,
+       last_error, last_status_code, last_response_ms
+FROM webhook_queue
+WHERE status = 'dead_letter' AND ($1::bigint IS NULL OR endpoint_id = $1)
+  AND ($3::text IS NULL
+       OR endpoint_id IN (SELECT id FROM endpoints WHERE application_id = $3))
+ORDER BY updated_at DESC, id DESC
+LIMIT $2;
+
+-- name: attempts_for_event
+SELECT l.delivery_id, l.measured_at AS at, l.status_code, l.response_ms, l.error
+FROM webhook_queue w
+JOIN endpoint_latency l ON l.delivery_id = w.id
+WHERE w.event_id = $1
+  AND ($2::text IS NULL
+       OR w.endpoint_id IN (SELECT id FROM endpoints WHERE application_id = $2))
+ORDER BY l.delivery_id, l.measured_at;
+
+-- name: update_endpoint
+-- The service merges a patch over the locked current row and validates the
+-- whole result; every setting is written back.
+UPDATE endpoints SET
+    url = $2, event_types = $3, rate_per_s = $4, burst = $5, max_in_flight = $6,
+    timeout_ms = $7, max_attempts = $8, retry_base_ms = $9, retry_cap_ms = $10,
+    failure_threshold = $11, cooldown_s = $12, name = $13, description = $14,
+    method = $15, body = $16, success_body = $17, filter = $18::jsonb, ordering = $19,
+    ordering_key = $20, client_cert = $21, client_key = $22, headers = $23::jsonb,
+    updated_at = now()
+WHERE id = $1
+RETURNING *;
+
+-- name: timeline
+-- Enqueued and finished (delivered / dead) per bucket over the last $1::float8 seconds.
+WITH buckets AS (
+    SELECT generate_series(0, ($1::float8 / $2::float8)::int - 1) AS i
+), created AS (
+    SELECT floor(extract(epoch FROM now() - created_at) / $2::float8)::int AS i, count(*) AS n
+    FROM webhook_queue WHERE created_at > now() - make_interval(secs => $1::float8) GROUP BY 1
+), delivered AS (
+    SELECT floor(extract(epoch FROM now() - delivered_at) / $2::float8)::int AS i, count(*) AS n
+    FROM webhook_queue
+    WHERE status = 'delivered' AND delivered_at > now() - make_interval(secs => $1::float8) GROUP BY 1
+), dead AS (
+    SELECT floor(extract(epoch FROM now() - updated_at) / $2::float8)::int AS i, count(*) AS n
+    FROM webhook_queue
+    WHERE status = 'dead_letter' AND updated_at > now() - make_interval(secs => $1::float8) GROUP BY 1
+)
+SELECT b.i AS ago, coalesce(c.n, 0) AS enqueued, coalesce(d.n, 0) AS delivered,
+       coalesce(x.n, 0) AS dead
+FROM buckets b
+LEFT JOIN created c USING (i) LEFT JOIN delivered d USING (i) LEFT JOIN dead x USING (i)
+ORDER BY b.i DESC;
+
+-- name: heartbeat
+-- Registers this worker (with what it holds) and returns the live ones, in a
+-- stable order.
+WITH me AS (
+    INSERT INTO dispatcher_workers (worker_id, host, pid, in_flight, outcomes_waiting)
+    VALUES ($1, $2, $3, $5, $6)
+    ON CONFLICT (worker_id) DO UPDATE
+    SET heartbeat_at = now(), in_flight = $5, outcomes_waiting = $6
+), gone AS (
+    DELETE FROM dispatcher_workers WHERE heartbeat_at < now() - interval '5 minutes'
+)
+SELECT worker_id FROM dispatcher_workers
+WHERE heartbeat_at > now() - make_interval(secs => $4) OR worker_id = $1
+UNION SELECT $1
+ORDER BY 1;
+
+-- name: leave
+DELETE FROM dispatcher_workers WHERE worker_id = $1;
+
+-- name: pause_endpoints
+UPDATE endpoint_health h
+SET paused_until = greatest(h.paused_until, now() + make_interval(secs => p.wait_s))
+FROM unnest($1::bigint[], $2::float8[]) AS p(endpoint_id, wait_s)
+WHERE h.endpoint_id = p.endpoint_id;
+
+-- name: status_counts
+SELECT status, count(*) AS n FROM webhook_queue GROUP BY status;
+
+-- name: breaker_transitions
+SELECT endpoint_id, from_state, to_state, cooldown_seconds, at
+FROM breaker_transitions ORDER BY at OFFSET $1;
+
+-- name: live_delivery_count
+SELECT count(*) FROM webhook_queue
+WHERE endpoint_id = $1 AND status IN ('pending', 'failed', 'in_flight');
+
+-- name: dead_letter_endpoint
+-- Deleting an endpoint with --force: what it still had queued dies, with
+-- the reason, before the endpoint goes.
+UPDATE webhook_queue
+SET status = 'dead_letter', last_error = 'endpoint deleted', locked_by = NULL, updated_at = now()
+WHERE endpoint_id = $1 AND status IN ('pending', 'failed', 'in_flight')
+RETURNING id;
+
+-- name: delete_endpoint
+UPDATE endpoints
+SET deleted_at = now(), enabled = false, disabled_reason = 'deleted', updated_at = now()
+WHERE id = $1 AND deleted_at IS NULL
+RETURNING *;
+
+-- name: endpoint_latency_timeline
+-- One endpoint's attempts per bucket over the last $2 seconds (buckets of
+-- $3 seconds, oldest first): exact percentiles and failures, from the
+-- (endpoint_id, measured_at) index range.
+WITH buckets AS (
+    SELECT generate_series(0, ($2::float8 / $3::float8)::int - 1) AS i
+), s AS (
+    SELECT floor(extract(epoch FROM now() - measured_at) / $3::float8)::int AS i,
+           percentile_cont(0.50) WITHIN GROUP (ORDER BY response_ms) AS p50_ms,
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY response_ms) AS p95_ms,
+           percentile_cont(0.99) WITHIN GROUP (ORDER BY response_ms) AS p99_ms,
+           count(*) AS attempts,
+           count(*) FILTER (WHERE error IS NOT NULL OR status_code IS NULL
+                                  OR status_code NOT BETWEEN 200 AND 299) AS failures
+    FROM endpoint_latency
+    WHERE endpoint_id = $1 AND measured_at > now() - make_interval(secs => $2::float8)
+    GROUP BY 1
+)
+SELECT b.i AS ago, s.p50_ms, s.p95_ms, s.p99_ms,
+       coalesce(s.attempts, 0) AS attempts, coalesce(s.failures, 0) AS failures
+FROM buckets b LEFT JOIN s USING (i)
+ORDER BY b.i DESC;
+
+-- name: endpoint_transitions
+SELECT from_state, to_state, cooldown_seconds, at
+FROM breaker_transitions WHERE endpoint_id = $1
+ORDER BY at DESC LIMIT $2;
+
+-- name: endpoint_recent_failures
+-- The newest failed attempts of one endpoint within the window, with the
+-- event each belonged to (a pruned delivery leaves its attempt without one).
+SELECT l.delivery_id, w.event_id, w.event_type, l.measured_at AS at, l.status_code,
+       l.response_ms, l.error
+FROM endpoint_latency l LEFT JOIN webhook_queue w ON w.id = l.delivery_id
+WHERE l.endpoint_id = $1 AND l.measured_at > now() - make_interval(secs => $2::float8)
+  AND (l.error IS NOT NULL OR l.status_code IS NULL OR l.status_code NOT BETWEEN 200 AND 299)
+ORDER BY l.measured_at DESC
+LIMIT $3;
+
+-- name: newest_id
+SELECT coalesce(max(id), 0) FROM webhook_queue;
+
+-- name: probe_new_rows
+-- The idle probe: the rows above a watermark the prober keeps about a
+-- second behind the newest id. A commit of new rows changes the count;
+-- claims and outcomes (updates) do not. One range scan of the primary key,
+-- as long as the rows of the last second or so.
+SELECT count(*) AS n, coalesce(max(id), $1) AS top FROM webhook_queue WHERE id > $1;
+
+-- name: table_health
+-- The hot tables' dead rows, whether autovacuum will see to them (the
+-- server's settings and the table's own), and when they were last vacuumed.
+SELECT s.relname AS table, s.n_live_tup AS live, s.n_dead_tup AS dead,
+       current_setting('autovacuum') = 'on' AND current_setting('track_counts') = 'on'
+           AND NOT coalesce('autovacuum_enabled=false' = ANY (c.reloptions), false)
+           AS autovacuum_on,
+       extract(epoch FROM now() - greatest(s.last_vacuum, s.last_autovacuum))::float8
+           AS since_vacuum_s,
+       pg_total_relation_size(s.relid) AS total_bytes,
+       s.vacuum_count, s.autovacuum_count
+FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+WHERE s.relname = ANY ($1::text[]) AND s.schemaname = current_schema()
+ORDER BY s.relname;
+
+-- ---------------------------------------------------------------- applications
+
+-- name: insert_application
+INSERT INTO applications (id, name) VALUES ($1, $2)
+ON CONFLICT (id) DO NOTHING
+RETURNING id, name, created_at;
+
+-- name: list_applications
+-- With each one's quotas, live endpoints and queue depth (pending,
+-- retrying, in flight), counted from the claim index per endpoint.
+SELECT a.id, a.name, a.created_at, a.max_endpoints, a.max_events_per_s,
+       (SELECT count(*) FROM endpoints e
+        WHERE e.application_id = a.id AND e.deleted_at IS NULL) AS endpoints,
+       (SELECT count(*) FROM endpoints e JOIN webhook_queue q ON q.endpoint_id = e.id
+        WHERE e.application_id = a.id AND q.status IN ('pending', 'failed', 'in_flight'))
+           AS queue_depth
+FROM applications a
+WHERE ($1::text IS NULL OR a.id = $1)
+ORDER BY a.id;
+
+-- name: update_application
+-- $2: a new name or NULL; $3 / $5: whether max_endpoints / max_events_per_s
+-- change, to $4 / $6 (NULL: no quota). The events bucket stays as it is:
+-- its level is capped by the new capacity when next read.
+UPDATE applications SET
+    name = coalesce($2, name),
+    max_endpoints = CASE WHEN $3::boolean THEN $4::integer ELSE max_endpoints END,
+    max_events_per_s = CASE WHEN $5::boolean THEN $6::float8 ELSE max_events_per_s END
+WHERE id = $1
+RETURNING id, name, max_endpoints, max_events_per_s;
+
+-- name: lock_endpoint_quota
+-- Held until the endpoint's insert commits, so that two concurrent creates
+-- of one application count each other. NO KEY UPDATE: the inserts' own
+-- foreign-key checks (KEY SHARE) do not wait on it.
+SELECT max_endpoints FROM applications WHERE id = $1 FOR NO KEY UPDATE;
+
+-- name: live_endpoint_count
+SELECT count(*) FROM endpoints WHERE application_id = $1 AND deleted_at IS NULL;
+
+-- name: take_event_tokens
+-- The events quota (schema 009): $2 tokens from the bucket of application
+-- $1 (NULL: as dispatcher_enqueue decides, the application of endpoint $3
+-- or the default), in one UPDATE whose row lock makes concurrent takes, of
+-- any process, wait for each other and then re-read the level. A take
+-- larger than the bucket's capacity waits for a full bucket and leaves it
+-- in debt, so the average rate holds. No row: no quota (or no such
+-- application), and nothing was written. Refused: the seconds until enough
+-- tokens, as of this statement's snapshot (advice, not a promise).
+WITH app AS (
+    SELECT coalesce($1::text, (SELECT application_id FROM endpoints
+                               WHERE id = $3::bigint AND deleted_at IS NULL), 'default') AS id
+), took AS (
+    UPDATE applications
+    SET event_tokens = dispatcher_bucket_level(event_tokens, event_tokens_at, max_events_per_s)
+                       - $2::float8,
+        event_tokens_at = greatest(event_tokens_at, statement_timestamp())
+    WHERE id = (SELECT id FROM app) AND max_events_per_s IS NOT NULL
+      AND dispatcher_bucket_level(event_tokens, event_tokens_at, max_events_per_s)
+          >= least($2, greatest(1, max_events_per_s))
+    RETURNING true AS granted, 0::float8 AS wait_s
+)
+SELECT granted, wait_s FROM took
+UNION ALL
+SELECT false, (least($2, greatest(1, max_events_per_s))
+               - dispatcher_bucket_level(event_tokens, event_tokens_at, max_events_per_s))
+              / max_events_per_s
+FROM applications
+WHERE id = (SELECT id FROM app) AND max_events_per_s IS NOT NULL
+  AND NOT EXISTS (SELECT FROM took);
+
+-- name: insert_token
+INSERT INTO application_tokens (application_id, token_hash, expires_at)
+SELECT $1, $2, CASE WHEN $3::float8 IS NULL THEN NULL
+                    ELSE now() + make_interval(secs => $3) END
+WHERE EXISTS (SELECT 1 FROM applications WHERE id = $1)
+RETURNING expires_at;
+
+-- name: token_application
+-- The application a token acts for, if it is live (neither expired nor revoked).
+SELECT application_id, token_hash,
+       revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now()) AS live
+FROM application_tokens WHERE token_hash = $1;
+
+-- name: revoke_token
+UPDATE application_tokens SET revoked_at = coalesce(revoked_at, now())
+WHERE token_hash = $1
+RETURNING application_id, revoked_at;
+
+-- name: insert_portal_code
+INSERT INTO portal_codes (code_hash, application_id, expires_at)
+SELECT $1, $2, now() + make_interval(secs => $3)
+WHERE EXISTS (SELECT 1 FROM applications WHERE id = $2)
+RETURNING expires_at;
+
+-- name: use_portal_code
+-- Once: the first caller marks it used; a second, or a late one, gets nothing.
+UPDATE portal_codes SET used_at = now()
+WHERE code_hash = $1 AND used_at IS NULL AND expires_at > now()
+RETURNING application_id, code_hash;
+
+-- name: insert_portal_session
+INSERT INTO portal_sessions (session_hash, application_id, expires_at)
+VALUES ($1, $2, now() + make_interval(secs => $3));
+
+-- name: portal_session_application
+SELECT application_id, session_hash FROM portal_sessions
+WHERE session_hash = $1 AND expires_at > now();
+
+-- name: delete_portal_session
+DELETE FROM portal_sessions WHERE session_hash = $1;
+
+-- name: prune_portal
+-- Expired sessions and codes past any use.
+WITH s AS (DELETE FROM portal_sessions WHERE expires_at < now() - interval '1 day')
+DELETE FROM portal_codes WHERE expires_at < now() - interval '1 day';

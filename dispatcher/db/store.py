@@ -1,0 +1,330 @@
+"""Data access for the worker's hot path: claims, outcomes, breakers, probes,
+heartbeats and maintenance.
+
+Binds named queries (queries.sql) to connections. It never makes delivery
+decisions: callers hand it decided values (claim budgets, outcomes, breaker
+states) and it persists them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import asyncpg
+
+from dispatcher.core.breaker import Breaker, BreakerState, effective_threshold
+from dispatcher.core.models import Delivery, Endpoint, Outcome, out_of_range
+from dispatcher.core.secretbox import PREFIX as SEALED
+from dispatcher.core.secretbox import SecretBox, SecretUnreadable, unseal
+from dispatcher.core.tablehealth import HOT_TABLES, TableHealth
+from dispatcher.db import MAINTENANCE_LOCK, Conn, Q
+from dispatcher.db.columns import settings_from_row, unseal_headers
+
+VACUUM_LOCK = MAINTENANCE_LOCK + 1
+
+# ---------------------------------------------------------------- endpoints
+
+
+def endpoint_from_row(
+    row: asyncpg.Record, old_secrets: Sequence[str] = (), box: SecretBox | None = None
+) -> Endpoint:
+    settings = settings_from_row(row)
+    # Header values are often the receiver's credentials: sealed like secrets.
+    settings["headers"] = unseal_headers(box, settings["headers"])
+    for name in ("client_cert", "client_key"):
+        if settings[name] is not None:
+            settings[name] = unseal(box, settings[name])
+    return Endpoint(
+        id=row["id"],
+        url=row["url"],
+        secrets=tuple(unseal(box, s) for s in (row["secret"], *old_secrets)),
+        enabled=row["enabled"],
+        app=row["application_id"],
+        **settings,
+    )
+
+
+class EndpointState(NamedTuple):
+    """One endpoint as the engine's refresh sees it."""
+
+    endpoint: Endpoint
+    breaker: Breaker
+    probe_owner: str | None
+    p95_ms: float | None
+    paused_for_s: float
+    broken: str | None = None  # why this row cannot be sent to, if it cannot
+
+
+def _decoded(
+    r: asyncpg.Record, box: SecretBox | None
+) -> tuple[Endpoint, str | None, SecretUnreadable | None]:
+    """The row as an Endpoint; or, when it cannot be used (a column that no
+    longer decodes, a setting out of range: written by hand, by an older
+    version, sealed with another key), a stand-in with default settings
+    that carries the reason. One bad row must never stop the refresh of the
+    rest, and the reason is ours: never the row's text (its URL, headers)."""
+    unreadable = None
+    try:
+        endpoint = endpoint_from_row(r, r["old_secrets"], box)
+        reason = out_of_range(endpoint)
+        if reason is None:
+            return endpoint, None, None
+    except SecretUnreadable as exc:
+        reason, unreadable = "secret unreadable (DISPATCHER_SECRET_KEY)", exc
+    except Exception as exc:
+        reason = f"row unreadable ({type(exc).__name__})"
+    # A credential that does not open may be the key's fault, not the row's:
+    # its deliveries wait (a disabled stand-in is never claimed) instead of
+    # being dead-lettered, until a worker with the right key reads it.
+    stand_in = Endpoint(
+        id=r["id"], url=str(r["url"]), secrets=(),
+        enabled=r["enabled"] is True and unreadable is None, app=str(r["application_id"]),
+    )  # fmt: skip
+    return stand_in, reason, unreadable
+
+
+async def engine_endpoints(
+    conn: Conn, box: SecretBox | None = None
+) -> tuple[float, list[EndpointState]]:
+    """Every endpoint with its stored breaker, for the engine's gates; and the DB clock."""
+    rows = await conn.fetch(Q["engine_endpoints"])
+    out = []
+    db_now = 0.0
+    sealed_opened, sealed_failed, readable = 0, None, 0
+    for r in rows:
+        db_now = r["db_now"]
+        breaker = Breaker(
+            state=BreakerState(r["state"] or "closed"),
+            consecutive_failures=r["consecutive_failures"] or 0,
+            opened_at=r["opened_at"],
+            cooldown_s=r["cooldown_seconds"] or r["cooldown_s"],
+        )
+        endpoint, broken, unreadable = _decoded(r, box)
+        if unreadable is not None:
+            sealed_failed = sealed_failed or unreadable
+        else:
+            readable += 1
+            sealed_opened += r["secret"].startswith(SEALED)
+        out.append(
+            EndpointState(
+                endpoint, breaker, r["probe_owner"], r["p95_ms"], r["paused_for_s"] or 0.0, broken
+            )
+        )
+    if sealed_failed is not None and not sealed_opened and (box is not None or not readable):
+        # This worker's configuration, not a bad row: with a key, not one
+        # sealed secret opens (the wrong key); without one, no row at all
+        # can be read (the key was forgotten). Without a key, one sealed-
+        # looking row among readable ones is that row's problem: it waits.
+        raise sealed_failed
+    return db_now, out
+
+
+# ---------------------------------------------------------------- the hot path
+
+
+async def claim(
+    conn: Conn,
+    *,
+    endpoint_ids: list[int],
+    budgets: list[int],
+    leases_s: list[float],
+    limit: int,
+    worker: str,
+) -> list[Delivery]:
+    rows = await conn.fetch(Q["claim_batch"], endpoint_ids, budgets, leases_s, limit, worker)
+    return [
+        Delivery(
+            id=r[0],
+            endpoint_id=r[1],
+            event_id=r[2],
+            body=r[3].encode(),
+            attempt_count=r[4],
+            max_attempts=r[5],
+            event_type=r[6],
+        )
+        for r in rows
+    ]
+
+
+async def record_outcomes(conn: Conn, outcomes: Sequence[Outcome], worker: str) -> list[float]:
+    """Persists outcomes; returns the end-to-end lag (s) of each row delivered."""
+    lags: list[float] = await conn.fetchval(
+        Q["record_outcomes"],
+        [o.delivery_id for o in outcomes],
+        [o.endpoint_id for o in outcomes],
+        [o.status.value for o in outcomes],
+        [o.next_attempt_in_s for o in outcomes],
+        [o.spent_attempt for o in outcomes],
+        [o.status_code for o in outcomes],
+        [o.response_ms for o in outcomes],
+        [o.error for o in outcomes],
+        worker,
+    )
+    return lags
+
+
+class StoredBreaker(NamedTuple):
+    """A locked breaker row and what its fold needs."""
+
+    breaker: Breaker
+    threshold: int  # effective: lowered for slow endpoints
+    base_cooldown_s: float
+
+
+async def lock_breakers(
+    conn: Conn, endpoint_ids: list[int]
+) -> tuple[float, dict[int, StoredBreaker]]:
+    """Locks the breakers of these endpoints; returns the database clock with them."""
+    rows = await conn.fetch(Q["lock_health"], endpoint_ids)
+    db_now = rows[0]["db_now"] if rows else 0.0
+    return db_now, {
+        r["endpoint_id"]: StoredBreaker(
+            Breaker(
+                state=BreakerState(r["state"]),
+                consecutive_failures=r["consecutive_failures"],
+                opened_at=r["opened_at"],
+                cooldown_s=r["cooldown_seconds"],
+                last_failure_at=r["last_failure_at"],
+                last_success_at=r["last_success_at"],
+            ),
+            effective_threshold(r["failure_threshold"], r["p95_ms"]),
+            r["cooldown_s"],
+        )
+        for r in rows
+    }
+
+
+async def store_breakers(conn: Conn, breakers: dict[int, tuple[Breaker, int]]) -> None:
+    ids = list(breakers)
+    await conn.execute(
+        Q["store_health"],
+        ids,
+        [breakers[i][0].state.value for i in ids],
+        [breakers[i][0].consecutive_failures for i in ids],
+        [breakers[i][0].opened_at for i in ids],
+        [breakers[i][0].cooldown_s for i in ids],
+        [breakers[i][1] for i in ids],
+        [breakers[i][0].last_failure_at for i in ids],
+        [breakers[i][0].last_success_at for i in ids],
+    )
+
+
+async def record_transitions(conn: Conn, transitions: list[tuple[int, str, str, float]]) -> None:
+    if transitions:
+        cols = list(zip(*transitions, strict=True))
+        await conn.execute(Q["record_transitions"], *[list(c) for c in cols])
+
+
+async def disable_gone(conn: Conn, endpoint_ids: list[int]) -> None:
+    await conn.execute(Q["disable_gone"], endpoint_ids)
+
+
+async def begin_probe(conn: Conn, endpoint_id: int, worker: str, stale_after_s: float) -> bool:
+    return await conn.fetchval(Q["begin_probe"], endpoint_id, worker, stale_after_s) is not None
+
+
+# ---------------------------------------------------------------- the idle probe
+
+
+async def newest_id(conn: Conn) -> int:
+    n: int = await conn.fetchval(Q["newest_id"])
+    return n
+
+
+async def probe_new_rows(conn: Conn, above: int) -> tuple[int, int]:
+    """(rows with an id above `above`, the highest such id or `above`)."""
+    row = await conn.fetchrow(Q["probe_new_rows"], above)
+    assert row is not None
+    return int(row["n"]), int(row["top"])
+
+
+# ---------------------------------------------------------------- maintenance
+
+
+async def maintain(
+    conn: Conn,
+    window_s: float,
+    retention_s: float | None = None,
+    *,
+    cursor: int = 0,
+    batch: int = 10_000,
+    max_batches: int = 20,
+) -> int | None:
+    """Percentiles and pruning, by one worker at a time (an advisory lock).
+
+    Returns the retention cursor to resume from next time (None when another
+    worker holds the lock). Each delete is its own short statement, so no
+    long lock ever meets a claim.
+    """
+    async with conn.transaction():
+        got = await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", MAINTENANCE_LOCK)
+        if not got:
+            return None
+        await conn.execute(Q["prune_latency"], window_s, batch)
+        await conn.execute(Q["refresh_percentiles"], window_s)
+        await conn.execute(Q["prune_secrets"])
+    if retention_s is None:
+        return cursor
+    for _ in range(max_batches):
+        cursor, _, done = await prune_delivered_batch(conn, retention_s, cursor, batch)
+        if done:
+            return 0
+    return cursor
+
+
+async def table_health(conn: Conn) -> list[TableHealth]:
+    rows = await conn.fetch(Q["table_health"], list(HOT_TABLES))
+    return [TableHealth(**dict(r)) for r in rows]
+
+
+async def try_vacuum_lock(conn: Conn) -> bool:
+    """A session lock: one worker vacuums at a time (released when its
+    dedicated connection closes)."""
+    return bool(await conn.fetchval("SELECT pg_try_advisory_lock($1)", VACUUM_LOCK))
+
+
+async def vacuum(conn: Conn, table: str) -> None:
+    """VACUUM (ANALYZE) of one hot table; outside any transaction, so on a
+    connection of its own (it may take a while on a large table)."""
+    if table not in HOT_TABLES:
+        raise ValueError(f"not a table maintenance vacuums: {table!r}")
+    await conn.execute(f"VACUUM (ANALYZE) {table}")
+
+
+async def prune_delivered_batch(
+    conn: Conn, retention_s: float, cursor: int, batch: int = 10_000
+) -> tuple[int, int, bool]:
+    """One retention step: (next cursor, rows deleted, walk finished)."""
+    row = await conn.fetchrow(Q["prune_delivered"], retention_s, batch, cursor)
+    assert row is not None
+    if row["last_id"] is None:
+        return 0, row["deleted"], True
+    return row["last_id"], row["deleted"], row["reached_young"]
+
+
+# ---------------------------------------------------------------- workers
+
+
+async def heartbeat(
+    conn: Conn,
+    worker: str,
+    host: str,
+    pid: int,
+    live_s: float,
+    *,
+    in_flight: int = 0,
+    outcomes_waiting: int = 0,
+) -> list[str]:
+    """Says this worker is alive (and what it holds); returns the live workers."""
+    rows = await conn.fetch(Q["heartbeat"], worker, host, pid, live_s, in_flight, outcomes_waiting)
+    return [r[0] for r in rows]
+
+
+async def leave(conn: Conn, worker: str) -> None:
+    await conn.execute(Q["leave"], worker)
+
+
+async def pause_endpoints(conn: Conn, pauses: dict[int, float]) -> None:
+    ids = sorted(pauses)
+    await conn.execute(Q["pause_endpoints"], ids, [pauses[i] for i in ids])

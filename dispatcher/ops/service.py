@@ -1,0 +1,406 @@
+"""The operations on endpoints, events and dead letters: one function each.
+
+The CLI, the admin API, the Python API and the demo all call these with a
+connection and values already read from their input; the operation, its
+defaults and its checks live here once. What a user sees of an endpoint
+(`endpoint_public`) is decided here too. This module never runs SQL (the
+catalog does) and never formats output for a terminal or an HTTP response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from dispatcher.core.errors import BadInput, Throttled
+from dispatcher.core.models import SETTING_NAMES, EndpointSpec
+from dispatcher.core.rows import EndpointRecord
+from dispatcher.core.secretbox import SecretBox, seal, unseal
+from dispatcher.core.shaping import url_sample
+from dispatcher.core.signing import (
+    SIGNING_KEY_PREFIX,
+    generate_secret,
+    generate_signing_key,
+    public_key,
+)
+from dispatcher.core.ssrf import TargetPolicy, check_resolved, check_target, parse_target
+from dispatcher.db import Conn, catalog, columns
+from dispatcher.ops.inputs import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    check_event_type,
+    check_id,
+    check_number,
+    event_id_of,
+    parse_event,
+    parse_time,
+    payload_text,
+    read_events,
+    spec_from_fields,
+)
+from dispatcher.ops.tenancy import DEFAULT_APP, check_app
+
+DEFAULT_GRACE_S = 86_400.0  # a rotated-out secret keeps signing for a day
+MAX_GRACE_S = float(2**31)
+DEFAULT_REPLAY_LIMIT = 10_000  # dead letters requeued per replay call
+# What every output shows for a header value; sent back in an update, it
+# keeps the stored value of that header.
+HEADER_MASK = "••••"
+
+# ---------------------------------------------------------------- endpoints
+
+
+RESOLVE_TIMEOUT_S = 3.0
+
+
+async def vet_target(url: str, targets: TargetPolicy) -> None:
+    """The SSRF guard at `endpoint add`: the literal address, then what the
+    name resolves to now. A name that does not resolve (yet), or a resolver
+    that does not answer in time, is accepted: the sender checks every
+    connection after DNS anyway, and a receiver's DNS may go live later."""
+    url = url_sample(url)
+    check_target(url, targets)
+    if targets.allow_private or targets.names_via_proxy:
+        return
+    host = parse_target(url).host
+    if host is None:
+        return
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await asyncio.wait_for(
+            loop.getaddrinfo(host, None, type=socket.SOCK_STREAM), RESOLVE_TIMEOUT_S
+        )
+    except (OSError, TimeoutError, UnicodeError):
+        return
+    check_resolved(host, [str(info[4][0]) for info in infos], targets)
+
+
+def endpoint_public(record: EndpointRecord, *, secret: str | None = None) -> dict[str, Any]:
+    """An endpoint as users see it: the secret (and for an ed25519 key its
+    public half) only when just created or rotated."""
+    out: dict[str, Any] = {"id": record.id, "app": record.application_id, "name": record.name}
+    out["url"] = record.url
+    out["description"] = record.description
+    out.update((name, getattr(record, name)) for name in SETTING_NAMES)
+    out["event_types"] = list(record.event_types)
+    # Header values are often a receiver's credentials: names only.
+    out["headers"] = {name: HEADER_MASK for name, _ in record.headers}
+    out["body"] = record.body_mode
+    out["filter"] = None if record.filter is None else orjson.loads(record.filter)
+    # A client key is a credential, and the certificate goes with it.
+    out["client_cert"] = None if record.client_cert is None else HEADER_MASK
+    out["client_key"] = None if record.client_key is None else HEADER_MASK
+    out["enabled"] = record.enabled
+    out["disabled_reason"] = record.disabled_reason
+    out["created_at"] = record.created_at
+    out["updated_at"] = record.updated_at
+    if secret is not None:
+        out["secret"] = secret
+        if secret.startswith(SIGNING_KEY_PREFIX):
+            out["public_key"] = public_key(secret)
+    return out
+
+
+def new_secret(scheme: str | None) -> str:
+    """A fresh secret: HMAC (`v1`, default) or an ed25519 signing key (`v1a`)."""
+    if scheme in (None, "v1"):
+        return generate_secret()
+    if scheme == "v1a":
+        return generate_signing_key()
+    raise BadInput("signature must be v1 (HMAC) or v1a (ed25519)")
+
+
+def scheme_of(secret: str) -> str:
+    return "v1a" if secret.startswith(SIGNING_KEY_PREFIX) else "v1"
+
+
+async def add_endpoint(
+    conn: Conn,
+    spec: EndpointSpec,
+    *,
+    signature: str | None = None,
+    box: SecretBox | None = None,
+    targets: TargetPolicy | None = None,
+    app: str | None = None,
+    within_quota: bool = False,
+) -> dict[str, Any]:
+    """Creates an endpoint of `app` (None: the default application);
+    without a secret in `spec`, one of `signature`'s scheme.
+
+    `targets`: the deployment's SSRF policy, checked against the URL's
+    literal address (the CLI and the API pass theirs; None only for trusted
+    callers of the Python API, whose URLs the worker still checks).
+    `within_quota` (the HTTP API): Conflict past the application's
+    max_endpoints; the operator's CLI and the Python API are not held to it."""
+    spec.validate()  # a spec built in Python skips spec_from_fields: same ranges
+    if targets is not None:
+        await vet_target(spec.url, targets)
+    if any(value == HEADER_MASK for _, value in spec.headers):
+        raise BadInput(f"a header value {HEADER_MASK} only keeps a stored value in an update")
+    secret = spec.secret or new_secret(signature)
+    app = check_app(app or DEFAULT_APP)
+    record = await catalog.add_endpoint(conn, spec, secret, box, app, within_quota=within_quota)
+    return endpoint_public(record, secret=secret)
+
+
+async def update_endpoint(
+    conn: Conn,
+    endpoint_id: int,
+    patch: Mapping[str, Any],
+    *,
+    box: SecretBox | None = None,
+    targets: TargetPolicy | None = None,
+    app: str | None = None,
+) -> dict[str, Any]:
+    """Applies `patch` over the endpoint's current settings, validated whole
+    (the URL again too, as at creation). Headers not in `patch` stay as they
+    are; in `patch`, they replace the set, HEADER_MASK keeping a stored value."""
+    if "secret" in patch:
+        raise BadInput("use rotate-secret to change a secret")
+    if "enabled" in patch:
+        raise BadInput("use the disable / enable routes")
+    await catalog.check_owner(conn, endpoint_id, app)
+    async with conn.transaction():
+        current = await catalog.get_endpoint(conn, endpoint_id, lock=True)
+        # "app" may name the endpoint's own application, and nothing else.
+        if patch.get("app", current.application_id) != current.application_id:
+            raise BadInput("an endpoint stays in its application")
+        patch = {k: v for k, v in patch.items() if k != "app"}
+        # The stored headers may be sealed: they are carried over, not re-validated.
+        base = EndpointSpec(
+            url=current.url,
+            name=current.name,
+            description=current.description,
+            **{k: getattr(current, k) for k in SETTING_NAMES if k != "headers"},
+        )
+        spec = spec_from_fields(patch, base)
+        if targets is not None and spec.url != current.url:
+            await vet_target(spec.url, targets)
+        elif targets is not None:
+            check_target(url_sample(spec.url), targets)
+        stored = current.headers
+        if "headers" in patch:
+            stored = _patched_headers(current.headers, spec.headers, box)
+        record = await catalog.update_endpoint(conn, endpoint_id, spec, stored, box)
+    return endpoint_public(record)
+
+
+def _patched_headers(
+    stored: columns.Headers, given: columns.Headers, box: SecretBox | None
+) -> columns.Headers:
+    kept = {name.lower(): value for name, value in stored}
+    out = []
+    for name, value in given:
+        if value != HEADER_MASK:
+            out.append((name, seal(box, value)))
+        elif name.lower() in kept:
+            out.append((name, kept[name.lower()]))
+        else:
+            raise BadInput(f"header {name}: {HEADER_MASK} keeps a stored value, and there is none")
+    return tuple(out)
+
+
+async def set_enabled(
+    conn: Conn, endpoint_id: int, enabled: bool, app: str | None = None
+) -> dict[str, Any]:
+    """Stops or resumes deliveries to an endpoint; nothing queued is lost."""
+    await catalog.check_owner(conn, endpoint_id, app)
+    return endpoint_public(await catalog.set_enabled(conn, endpoint_id, enabled))
+
+
+async def rotate_secret(
+    conn: Conn,
+    endpoint_id: int,
+    grace_s: float | None = None,
+    box: SecretBox | None = None,
+    app: str | None = None,
+) -> dict[str, Any]:
+    """A new secret of the endpoint's own scheme (HMAC stays HMAC, ed25519
+    stays ed25519); the old one keeps signing alongside it for `grace_s`."""
+    grace = DEFAULT_GRACE_S if grace_s is None else check_number(grace_s, "grace_s", 0, MAX_GRACE_S)
+    await catalog.check_owner(conn, endpoint_id, app)
+    async with conn.transaction():
+        current = await catalog.get_endpoint(conn, endpoint_id, lock=True)
+        # The stored secret may be sealed: its scheme is that of the plaintext.
+        secret = new_secret(scheme_of(unseal(box, current.sealed_secret)))
+        record = await catalog.rotate_secret(conn, endpoint_id, secret, grace, box)
+    doc = endpoint_public(record, secret=secret)
+    doc["grace_s"] = grace
+    return doc
+
+
+async def list_endpoints(conn: Conn, app: str | None = None) -> list[dict[str, Any]]:
+    """Every live endpoint, or `app`'s (an unknown application: NotFound)."""
+    if app is not None:
+        await catalog.require_applications(conn, [check_app(app)])
+    return [endpoint_public(r) for r in await catalog.list_endpoints(conn, app)]
+
+
+async def get_endpoint(conn: Conn, endpoint_id: int, app: str | None = None) -> dict[str, Any]:
+    await catalog.check_owner(conn, endpoint_id, app)
+    return endpoint_public(await catalog.get_endpoint(conn, endpoint_id))
+
+
+async def delete_endpoint(
+    conn: Conn, endpoint_id: int, force: bool = False, app: str | None = None
+) -> dict[str, Any]:
+    """Deletes an endpoint: it is no longer listed and gets nothing more; its
+    dead letters and history stay. Refused (Conflict) while it has pending,
+    failed or in-flight deliveries, unless `force`, which first moves them
+    to dead_letter with last_error `endpoint deleted`."""
+    check_id(endpoint_id, "id")
+    if not isinstance(force, bool):
+        raise BadInput("force must be true or false")
+    await catalog.check_owner(conn, endpoint_id, app)
+    record, dead = await catalog.delete_endpoint(conn, endpoint_id, force=force)
+    return {"id": record.id, "url": record.url, "deleted": True, "dead_lettered": dead}
+
+
+# ---------------------------------------------------------------- events
+
+
+async def enqueue(
+    conn: Conn,
+    event_type: str,
+    payload: Any,
+    event_id: str | None = None,
+    endpoint_id: int | None = None,
+    *,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    app: str | None = None,
+) -> dict[str, Any]:
+    """Queues one event of `app` (None: the default application, or the
+    given endpoint's): a delivery per subscribed endpoint of that application
+    (or only to `endpoint_id`). JSON text or bytes are kept byte for byte.
+    The same event id again in the same application creates nothing new and
+    answers the existing deliveries."""
+    event_type = check_event_type(event_type)
+    event_id = event_id_of(event_id)
+    endpoint_id = check_id(endpoint_id)
+    text = payload_text(payload, max_payload_bytes)
+    ids = await catalog.enqueue(conn, event_type, text, event_id, endpoint_id, _app(app))
+    return {"event_id": event_id, "deliveries": ids}
+
+
+async def enqueue_event(
+    conn: Conn,
+    doc: Mapping[str, Any],
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    app: str | None = None,
+    within_quota: bool = False,
+) -> dict[str, Any]:
+    """`enqueue` for one event given as a JSON document (an API body);
+    `app` is the application the document's own "app" resolved to.
+    `within_quota` (the HTTP API): Throttled, with nothing queued, past the
+    application's max_events_per_s."""
+    event_id, event_type, payload, endpoint, _ = parse_event(doc, max_payload_bytes)
+    app = _app(app)
+    if within_quota:
+        await take_event_quota(conn, app, 1, endpoint)
+    ids = await catalog.enqueue(conn, event_type, payload, event_id, endpoint, app)
+    return {"event_id": event_id, "deliveries": ids}
+
+
+async def take_event_quota(
+    conn: Conn, app: str | None, n: int, endpoint_id: int | None = None
+) -> None:
+    """Takes `n` events from the quota of the application they go to (as
+    `enqueue` resolves it), or raises Throttled and takes nothing. Tokens
+    taken stay taken if the enqueue then fails: a refused call costs its
+    share like any other."""
+    wait_s = await catalog.take_event_tokens(conn, app, n, endpoint_id)
+    if wait_s is not None:
+        retry = max(1, math.ceil(wait_s))
+        raise Throttled(
+            f"over this application's events quota (max_events_per_s): retry in {retry} s", retry
+        )
+
+
+TEST_EVENT_TYPE = "dispatcher.test"
+
+
+async def send_test_event(
+    conn: Conn, endpoint_id: int, app: str | None = None, *, within_quota: bool = False
+) -> dict[str, Any]:
+    """One `dispatcher.test` event to this endpoint only (its subscriptions
+    and filter are not asked), as a receiver's owner checks the wiring.
+    `within_quota` (the HTTP API): it counts against the events quota, or
+    test events would be a way around it."""
+    if within_quota:
+        await take_event_quota(conn, app, 1, endpoint_id)
+    event_id = event_id_of(None)
+    text = orjson.dumps(
+        {"type": TEST_EVENT_TYPE, "endpoint_id": endpoint_id, "message": "a test event"}
+    ).decode()
+    # The catalog checks the endpoint is there and, with `app`, the application's.
+    ids = await catalog.enqueue(conn, TEST_EVENT_TYPE, text, event_id, endpoint_id, app)
+    return {"event_id": event_id, "deliveries": ids}
+
+
+def _app(app: str | None) -> str | None:
+    return None if app is None else check_app(app)
+
+
+async def enqueue_file(
+    conn: Conn,
+    path: str,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    app: str | None = None,
+) -> dict[str, Any]:
+    """Queues a JSONL file (- for stdin) of event documents, all or
+    nothing; a line without "app" is `app`'s (None: as enqueue decides)."""
+    events = read_events(path, max_payload_bytes)
+    if app is not None:
+        check_app(app)
+        events = [(*e[:4], e[4] or app) for e in events]
+    created = await catalog.enqueue_bulk(conn, events)
+    return {"events": len(events), "deliveries": created}
+
+
+# ---------------------------------------------------------------- dead letters
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Replayed:
+    requeued: int
+    limit_reached: bool  # more may be left: call again
+
+
+async def replay(
+    conn: Conn,
+    *,
+    ids: Sequence[int] | None = None,
+    endpoint_id: int | None = None,
+    since: str | datetime | None = None,
+    until: str | datetime | None = None,
+    limit: int | None = None,
+    app: str | None = None,
+) -> Replayed:
+    """Moves dead letters back to pending with a fresh attempt budget: the
+    given ids, or an endpoint's (optionally only those that died between
+    `since` and `until`, at most `limit` per call)."""
+    if ids is not None and endpoint_id is not None:
+        raise BadInput("use either ids or an endpoint, not both")
+    if ids is not None:
+        if not isinstance(ids, list | tuple):
+            raise BadInput("ids must be a list of integer ids")
+        for i in ids:
+            check_id(i, "each id")
+        n = await catalog.replay_ids(conn, list(ids), app)
+        return Replayed(requeued=n, limit_reached=False)
+    if endpoint_id is None:
+        raise BadInput("replay needs ids or an endpoint")
+    check_id(endpoint_id, "endpoint")
+    await catalog.check_owner(conn, endpoint_id, app)
+    cap = DEFAULT_REPLAY_LIMIT if limit is None else limit
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        raise BadInput("limit must be at least 1")
+    start, end = parse_time(since, "since"), parse_time(until, "until")
+    n = await catalog.replay_endpoint(conn, endpoint_id, start, end, cap)
+    return Replayed(requeued=n, limit_reached=n == cap)

@@ -1,0 +1,1 @@
+"""The HTTP side: the admin API, the dashboard, the customer portal, their security and OpenAPI."""

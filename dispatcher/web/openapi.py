@@ -1,0 +1,310 @@
+"""The OpenAPI 3.0 document served at /v1/openapi.json and /openapi.json."""
+
+# ruff: noqa: E501
+# fmt: off
+
+from __future__ import annotations
+
+from typing import Any
+
+from dispatcher.version import __version__
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _ok(schema: dict[str, Any], code: str = "200") -> dict[str, Any]:
+    return {
+        code: {"description": "OK", "content": {"application/json": {"schema": schema}}},
+        "400": {"description": "Bad input", "content": {"application/json": {"schema": _ref("Error")}}},
+        "401": {"description": "Missing or wrong token (an application token: expired or revoked)"},
+        "403": {"description": "Outside the application of the credential", "content": {"application/json": {"schema": _ref("Error")}}},
+        "404": {"description": "Not found", "content": {"application/json": {"schema": _ref("Error")}}},
+        "503": {"description": "Database unavailable"},
+    }
+
+
+def _body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
+    return {"required": required, "content": {"application/json": {"schema": schema}}}
+
+
+_ID = {"name": "id", "in": "path", "required": True,
+       "schema": {"type": "integer", "minimum": 1, "maximum": 2**62}}
+_NUM = {"type": "number"}
+_INT = {"type": "integer"}
+_STR = {"type": "string"}
+_TS = {"type": "string", "format": "date-time", "nullable": True}
+_APP = {"type": "string", "pattern": "^[a-z0-9_-]{1,64}$",
+        "description": "an application id; an application's credential may name only its own"}
+_APP_QUERY = {"name": "app", "in": "query", "schema": _APP}
+_APP_PATH = {"name": "app", "in": "path", "required": True, "schema": _APP}
+_TTL = {"type": "number", "minimum": 1, "maximum": 315360000}
+
+_ENDPOINT_FIELDS: dict[str, Any] = {
+    "name": {"type": "string", "minLength": 1, "maxLength": 100, "nullable": True,
+             "description": "a label for people (lists, the dashboard)"},
+    "description": {"type": "string", "maxLength": 1000, "nullable": True},
+    "url": {"type": "string", "maxLength": 2048},
+    "event_types": {"type": "array", "items": {"type": "string", "minLength": 1}},
+    "rate_per_s": {"type": "number", "nullable": True, "exclusiveMinimum": True, "minimum": 0},
+    "burst": {"type": "integer", "nullable": True, "minimum": 1},
+    "max_in_flight": {"type": "integer", "minimum": 1, "maximum": 10000},
+    "timeout_ms": {"type": "integer", "minimum": 1, "maximum": 300000},
+    "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100},
+    "retry_base_ms": {"type": "integer", "minimum": 0},
+    "retry_cap_ms": {"type": "integer", "minimum": 0},
+    "failure_threshold": {"type": "integer", "minimum": 1},
+    "cooldown_s": {"type": "number", "exclusiveMinimum": True, "minimum": 0},
+    "method": {"type": "string", "enum": ["POST", "GET", "PUT"]},
+    "body": {"type": "string", "enum": ["json", "form", "none"], "nullable": True,
+             "description": "json: the payload bytes; form: its top-level scalar fields, "
+                            "urlencoded; none: no body. Unset: json, none for GET"},
+    "success_body": {"type": "string", "nullable": True, "maxLength": 1000,
+                     "description": "regular expression a 2xx body's first 4 KiB must match"},
+    "filter": {"type": "object", "nullable": True,
+               "description": "deliver only events whose payload contains this (jsonb @>)"},
+    "ordering": {"type": "string", "enum": ["none", "fifo"]},
+    "ordering_key": {"type": "string", "nullable": True, "pattern": r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$",
+                     "description": "payload field whose value is a FIFO lane"},
+    "client_cert": {"type": "string", "nullable": True,
+                    "description": "PEM client certificate for mTLS (shown as ••••)"},
+    "client_key": {"type": "string", "nullable": True,
+                   "description": "PEM private key for mTLS (shown as ••••)"},
+}
+
+_QUOTAS: dict[str, Any] = {
+    "max_endpoints": {"type": "integer", "minimum": 0, "maximum": 1000000, "nullable": True,
+                      "description": "live endpoints it may create over the API (null: no quota)"},
+    "max_events_per_s": {"type": "number", "minimum": 0.001, "maximum": 1000000, "nullable": True,
+                         "description": "events per second over the API, in bursts of up to "
+                                        "max(1, this) (null: no quota)"},
+}
+_REFUSED = {"content": {"application/json": {"schema": _ref("Error")}}}
+
+OPENAPI: dict[str, Any] = {
+    "openapi": "3.0.3",
+    "info": {"title": "dispatcher admin API", "version": __version__},
+    "components": {
+        "securitySchemes": {"bearer": {
+            "type": "http", "scheme": "bearer",
+            "description": "DISPATCHER_ADMIN_TOKEN (every route), or an application's dtk_ token "
+                           "(the endpoint, event, delivery and dead-letter routes, inside that "
+                           "application; every other route answers 403)"}},
+        "schemas": {
+            "Error": {"type": "object", "properties": {"error": _STR}, "required": ["error"]},
+            "Endpoint": {
+                "type": "object",
+                "properties": {"id": _INT, "app": _STR, "enabled": {"type": "boolean"}, **_ENDPOINT_FIELDS},
+            },
+            "EndpointCreate": {
+                "type": "object",
+                "properties": {**_ENDPOINT_FIELDS, "secret": _STR, "app": _APP},
+                "required": ["url"],
+                "additionalProperties": False,
+            },
+            "EndpointUpdate": {
+                "type": "object", "properties": _ENDPOINT_FIELDS, "additionalProperties": False,
+            },
+            "Event": {
+                "type": "object",
+                "properties": {
+                    "event_type": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "payload": {},
+                    "event_id": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "endpoint": {"type": "integer", "minimum": 1},
+                    "app": _APP,
+                },
+                "required": ["event_type", "payload"],
+            },
+            "Deleted": {
+                "type": "object",
+                "properties": {"id": _INT, "url": _STR, "deleted": {"type": "boolean"},
+                               "dead_lettered": _INT},
+            },
+            "Enqueued": {
+                "type": "object",
+                "properties": {"event_id": _STR, "deliveries": {"type": "array", "items": _INT}},
+            },
+            "Health": {
+                "type": "object",
+                "properties": {
+                    "pending": _INT, "awaiting_retry": _INT, "in_flight": _INT,
+                    "dead_letter": _INT, "delivered_last_hour": _INT, "failed_last_hour": _INT,
+                    "oldest_pending": _TS,
+                    "avg_delivery_ms_last_hour": {"type": "number", "nullable": True},
+                },
+            },
+            "Application": {
+                "type": "object",
+                "properties": {"id": _STR, "name": _STR, "created_at": _TS,
+                               "endpoints": _INT, "queue_depth": _INT,
+                               "max_endpoints": _QUOTAS["max_endpoints"],
+                               "max_events_per_s": _QUOTAS["max_events_per_s"]},
+            },
+            "Replay": {
+                "type": "object",
+                "properties": {
+                    "ids": {"type": "array", "items": {"type": "integer", "minimum": 1}},
+                    "endpoint_id": {"type": "integer", "minimum": 1},
+                    "since": {"type": "string", "format": "date-time"},
+                    "until": {"type": "string", "format": "date-time"},
+                    "app": _APP,
+                },
+            },
+        },
+    },
+    "security": [{"bearer": []}],
+    "paths": {
+        "/healthz": {"get": {"summary": "Process alive", "security": [],
+                             "responses": {"200": {"description": "alive"}}}},
+        "/readyz": {"get": {"summary": "Database reachable and migrated", "security": [],
+                            "responses": {"200": {"description": "ready"},
+                                          "503": {"description": "not ready"}}}},
+        "/metrics": {"get": {"summary": "Prometheus metrics",
+                             "responses": {"200": {"description": "text exposition"},
+                                           "401": {"description": "token"}}}},
+        "/v1/endpoints": {
+            "get": {"summary": "List endpoints (of one application with ?app=)", "parameters": [_APP_QUERY],
+                    "responses": _ok({"type": "array", "items": _ref("Endpoint")})},
+            "post": {"summary": "Create an endpoint (the response carries its secret)",
+                     "requestBody": _body(_ref("EndpointCreate")),
+                     "responses": {**_ok(_ref("Endpoint"), "201"),
+                                   "409": {"description": "The application has max_endpoints live endpoints", **_REFUSED}}},
+        },
+        "/v1/endpoints/health": {"get": {"summary": "Breaker state, percentiles, attempts and 2xx share "
+                                                    "over the last hour, per endpoint",
+                                         "parameters": [_APP_QUERY],
+                                         "responses": _ok({"type": "array", "items": {"type": "object"}})}},
+        "/v1/endpoints/{id}": {
+            "parameters": [_ID, _APP_QUERY],
+            "get": {"summary": "One endpoint", "responses": _ok(_ref("Endpoint"))},
+            "patch": {"summary": "Update settings", "requestBody": _body(_ref("EndpointUpdate")),
+                      "responses": _ok(_ref("Endpoint"))},
+            "delete": {
+                "summary": "Delete (no longer listed, gets nothing more; dead letters and history stay). "
+                           "Refused with 409 while it has pending, failed or in-flight deliveries, unless "
+                           "force (query or body), which first dead-letters them ('endpoint deleted')",
+                "parameters": [{"name": "force", "in": "query", "schema": {"type": "boolean"}}],
+                "requestBody": _body({"type": "object", "properties": {"force": {"type": "boolean"}, "app": _APP},
+                                      "additionalProperties": False}, False),
+                "responses": {
+                    **_ok(_ref("Deleted")),
+                    "409": {"description": "Has queued deliveries", "content": {"application/json": {"schema": _ref("Error")}}},
+                },
+            },
+        },
+        "/v1/endpoints/{id}/disable": {"parameters": [_ID, _APP_QUERY], "post": {
+            "summary": "Stop deliveries (nothing queued is lost)", "responses": _ok(_ref("Endpoint"))}},
+        "/v1/endpoints/{id}/enable": {"parameters": [_ID, _APP_QUERY], "post": {
+            "summary": "Resume deliveries", "responses": _ok(_ref("Endpoint"))}},
+        "/v1/endpoints/{id}/rotate-secret": {"parameters": [_ID, _APP_QUERY], "post": {
+            "summary": "New secret; the old one signs alongside it for grace_s",
+            "requestBody": _body({"type": "object", "properties": {"grace_s": {"type": "number", "minimum": 0}, "app": _APP}}, False),
+            "responses": _ok(_ref("Endpoint"))}},
+        "/v1/endpoints/{id}/test": {"parameters": [_ID, _APP_QUERY], "post": {
+            "summary": "Enqueue one dispatcher.test event to this endpoint only",
+            "requestBody": _body({"type": "object", "properties": {"app": _APP}, "additionalProperties": False}, False),
+            "responses": _ok(_ref("Enqueued"), "202")}},
+        "/v1/endpoints/{id}/activity": {"parameters": [_ID], "get": {
+            "summary": "One endpoint over the last minutes: p50/p95/p99, attempts and failures per "
+                       "bucket (oldest first), its newest breaker transitions and failed attempts",
+            "parameters": [{"name": "minutes", "in": "query", "schema": {"type": "number", "minimum": 1, "maximum": 1440}}],
+            "responses": _ok({"type": "object", "properties": {
+                "bucket_s": _NUM,
+                "latency": {"type": "array", "items": {"type": "object", "properties": {
+                    "ago": _INT, "p50_ms": {"type": "number", "nullable": True},
+                    "p95_ms": {"type": "number", "nullable": True},
+                    "p99_ms": {"type": "number", "nullable": True},
+                    "attempts": _INT, "failures": _INT}}},
+                "transitions": {"type": "array", "items": {"type": "object", "properties": {
+                    "from_state": _STR, "to_state": _STR, "cooldown_seconds": {"type": "number", "nullable": True},
+                    "at": _TS}}},
+                "failures": {"type": "array", "items": {"type": "object", "properties": {
+                    "delivery_id": {"type": "integer", "nullable": True},
+                    "event_id": {"type": "string", "nullable": True},
+                    "event_type": {"type": "string", "nullable": True}, "at": _TS,
+                    "status_code": {"type": "integer", "nullable": True}, "response_ms": _INT,
+                    "error": {"type": "string", "nullable": True}}}},
+            }})}},
+        "/v1/events": {"post": {"summary": "Enqueue an event (fan-out to subscribers)",
+                                "requestBody": _body(_ref("Event")),
+                                "responses": {**_ok(_ref("Enqueued"), "202"),
+                                              "429": {"description": "Over the application's max_events_per_s; nothing "
+                                                                     "queued; try again after Retry-After seconds",
+                                                      "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 1}}},
+                                                      **_REFUSED}}}},
+        "/v1/deliveries": {"get": {
+            "summary": "Deliveries of one event, each with its attempts (?event_id=); without it, "
+                       "the newest deliveries, optionally of one status and one endpoint",
+            "parameters": [
+                {"name": "event_id", "in": "query", "schema": {"type": "string", "minLength": 1}},
+                {"name": "status", "in": "query", "schema": {
+                    "type": "string", "enum": ["pending", "in_flight", "delivered", "failed", "dead_letter"]}},
+                {"name": "endpoint_id", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 2**62}},
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+                _APP_QUERY,
+            ],
+            "responses": _ok({"type": "array", "items": {"type": "object"}})}},
+        "/v1/dead-letters": {"get": {
+            "summary": "Dead letters, newest first",
+            "parameters": [
+                {"name": "endpoint_id", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 2**62}},
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+                _APP_QUERY,
+            ],
+            "responses": _ok({"type": "array", "items": {"type": "object"}})}},
+        "/v1/dead-letters/analyze": {"get": {
+            "summary": "Per endpoint: count, primary error and status, pattern, suggested action",
+            "parameters": [{"name": "hours", "in": "query", "schema": {"type": "number", "exclusiveMinimum": True, "minimum": 0, "maximum": 8760}}],
+            "responses": _ok({"type": "array", "items": {"type": "object"}})}},
+        "/v1/dead-letters/replay": {"post": {
+            "summary": "Move dead letters back to pending with a fresh attempt budget",
+            "requestBody": _body(_ref("Replay")),
+            "responses": _ok({"type": "object", "properties": {"requeued": _INT}})}},
+        "/v1/health": {"get": {"summary": "One-row pipeline summary", "responses": _ok(_ref("Health"))}},
+        "/v1/timeline": {"get": {
+            "summary": "Enqueued, delivered and dead per bucket, oldest first, and the queue depth "
+                       "(pending + retrying + in flight) at the end of each bucket",
+            "parameters": [{"name": "minutes", "in": "query", "schema": {"type": "number", "minimum": 1, "maximum": 1440}}],
+            "responses": _ok({"type": "object"})}},
+        "/v1/alerts": {"get": {"summary": "The three alert conditions", "responses": _ok({"type": "object"})}},
+        "/v1/applications": {
+            "get": {"summary": "Applications with endpoint counts and queue depth (admin)",
+                    "responses": _ok({"type": "array", "items": _ref("Application")})},
+            "post": {"summary": "Create an application (admin; an existing id answers 409)",
+                     "requestBody": _body({"type": "object", "properties": {"id": _APP, "name": _STR},
+                                           "required": ["id"], "additionalProperties": False}),
+                     "responses": {**_ok(_ref("Application"), "201"),
+                                   "409": {"description": "Exists", "content": {"application/json": {"schema": _ref("Error")}}}}},
+        },
+        "/v1/applications/{app}": {"parameters": [_APP_PATH], "patch": {
+            "summary": "Rename an application or set its quotas, enforced on this API (admin); "
+                       "a field left out stays, a quota null is cleared",
+            "requestBody": _body({"type": "object", "properties": {
+                "name": {"type": "string", "minLength": 1, "maxLength": 200}, **_QUOTAS},
+                "additionalProperties": False}),
+            "responses": _ok({"type": "object", "properties": {
+                "id": _STR, "name": _STR, **_QUOTAS}})}},
+        "/v1/applications/{app}/tokens": {"parameters": [_APP_PATH], "post": {
+            "summary": "A new API token of the application, shown only in this answer (admin)",
+            "requestBody": _body({"type": "object", "properties": {"ttl_s": _TTL}, "additionalProperties": False}, False),
+            "responses": _ok({"type": "object", "properties": {
+                "app": _STR, "token": _STR, "expires_at": _TS}}, "201")}},
+        "/v1/applications/{app}/portal-links": {"parameters": [_APP_PATH], "post": {
+            "summary": "A one-time sign-in link to the application's portal (admin); base_url "
+                       "defaults to this server's address as the caller reached it",
+            "requestBody": _body({"type": "object", "properties": {
+                "base_url": {"type": "string", "format": "uri"}, "ttl_s": _TTL},
+                "additionalProperties": False}, False),
+            "responses": _ok({"type": "object", "properties": {
+                "url": _STR, "code": _STR, "expires_at": _TS}}, "201")}},
+        "/portal/login": {"get": {
+            "summary": "Exchange a one-time code for a portal session cookie; 303 to /portal",
+            "security": [],
+            "parameters": [{"name": "code", "in": "query", "required": True, "schema": _STR}],
+            "responses": {"303": {"description": "signed in"}, "401": {"description": "code unknown, used or expired"}}}},
+        "/v1/openapi.json": {"get": {"summary": "This document", "responses": _ok({"type": "object"})}},
+        "/openapi.json": {"get": {"summary": "This document (also at /v1/openapi.json)", "responses": _ok({"type": "object"})}},
+    },
+}

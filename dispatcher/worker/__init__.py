@@ -1,0 +1,1 @@
+"""The worker: one event loop that claims, sends and records deliveries."""

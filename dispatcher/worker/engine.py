@@ -1,0 +1,496 @@
+"""The engine: owns the event loop's flow for one worker process.
+
+wait (probe | NOTIFY | poll | freed slots | stop) → claim a batch sized to what each
+endpoint can start → slots run the rows (gate → sign → POST) → outcomes to the
+recorder, which writes them in batches. No transaction is open while a
+request is in flight; claims continue while earlier rows are still being sent.
+
+It decides no policy itself: retry timing comes from retry.py, claim
+budgets from planner.py, breaker transitions from breaker.py (through the
+gates and the recorder). Its helpers run as supervised background tasks:
+the refresher (endpoints, shares, probes), the recorder (outcomes) and
+maintenance. A helper that ends for any reason but shutdown stops the
+worker loudly: it never runs on half alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import asyncpg
+
+from dispatcher import log
+from dispatcher.core import planner, window
+from dispatcher.core.errors import OperationalError
+from dispatcher.core.models import AttemptResult, Delivery, Outcome, Stats, Status, Verdict
+from dispatcher.core.retry import decide
+from dispatcher.db import DATABASE_ERRORS, Conn, acquire, create_pool, require_schema, store
+from dispatcher.metrics import Metrics
+from dispatcher.settings import Settings
+from dispatcher.worker.connectivity import Connectivity
+from dispatcher.worker.gate import Gate, Gates
+from dispatcher.worker.listener import Listener
+from dispatcher.worker.maintenance import Maintenance
+from dispatcher.worker.prober import Prober
+from dispatcher.worker.recorder import Recorder
+from dispatcher.worker.refresher import Refresher
+from dispatcher.worker.sender import Sender
+from dispatcher.worker.slots import Slots
+
+# How long a failed claim waits before the next try.
+CLAIM_RETRY_S = 1.0
+# No statement of the worker takes this long unless the network under it died
+# silently; then the connection is dropped and the work retried.
+COMMAND_TIMEOUT_S = 60.0
+# A timer for a retry that comes due fires this long after the due time.
+RETRY_WAKE_SLACK_S = 0.03
+# `run --drain` gives up when the database stays unreachable this long.
+DRAIN_GIVE_UP_S = 30.0
+
+Job = tuple[Delivery, Gate]
+
+
+class Engine:
+    def __init__(
+        self,
+        settings: Settings,
+        database_url: str,
+        *,
+        sender: Sender | None = None,
+        worker_id: str | None = None,
+        random_draw: Callable[[], float] = random.random,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.settings = settings
+        self.url = database_url
+        self.worker = worker_id or f"w-{uuid.uuid4().hex[:12]}"
+        self.sender = sender or Sender(
+            allow_private=settings.allow_private_targets,
+            allowed_networks=settings.allowed_networks,
+            body_cap=settings.response_body_cap,
+            proxy=settings.http_proxy,
+            ca_file=settings.ca_file,
+        )
+        self._draw = random_draw
+        self.metrics = metrics
+        self.stats = Stats()
+        self.connectivity = Connectivity()
+        self._gates = Gates(self.sender.wire)
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._drain = False
+        self._fatal: BaseException | None = None
+        self._inflight = 0  # rows claimed and not yet resolved to an outcome
+        # How many rows may be in flight: sized from the loop's headroom
+        # unless --max-in-flight fixed it (window.py).
+        self._window = window.initial(settings.max_in_flight, now=time.monotonic())
+        self._window_max = self._window.limit
+        self._since_claim = 0
+        self._last_got = 0  # rows the last claim that ran got: the prober's busy signal
+        self._slots: Slots[Job] = Slots(self._run_row, lambda: self._window.limit)
+        self._background: list[asyncio.Task[None]] = []
+        self._claim_failing_since = 0.0
+        self._claim_failed = False  # an empty claim that was really a failed one
+        self._retry_timer: asyncio.TimerHandle | None = None
+        self._retry_due = 0.0  # loop time the timer fires at
+        self._pool: asyncpg.Pool | None = None
+        self._listener: Listener | None = None
+        self._recorder: Recorder | None = None
+        self._refresher: Refresher | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def stop(self) -> None:
+        """Stop claiming; run() then winds down within the grace period."""
+        self._stopping = True
+        self._wake.set()
+
+    @property
+    def gates(self) -> Gates:
+        return self._gates
+
+    @property
+    def waiting_outcomes(self) -> int:
+        return 0 if self._recorder is None else self._recorder.waiting
+
+    @property
+    def window(self) -> int:
+        """Rows this process may have in flight now."""
+        return self._window.limit
+
+    def _holding(self) -> tuple[int, int]:
+        """What the heartbeat reports: rows in flight, outcomes not yet written."""
+        return self._inflight, self.waiting_outcomes
+
+    async def run(self, *, drain: bool = False) -> None:
+        self._drain = drain
+        # The descriptor limit as the process runs with it (cmd_run lifts it).
+        self._window = window.initial(
+            self.settings.max_in_flight,
+            now=time.monotonic(),
+            ceiling=window.ceiling_for(_fd_limit()),
+        )
+        self._window_max = self._window.limit
+        # Claims and outcomes commit asynchronously unless told otherwise: a
+        # write lost to a database crash means a re-delivery (the row's lease
+        # runs out), never a lost event, and the WAL flush per statement
+        # would otherwise sit on the hot path.
+        pool = self._pool = await create_pool(
+            self.url,
+            size=4,
+            synchronous_commit=self.settings.synchronous_commit,
+            command_timeout=COMMAND_TIMEOUT_S,
+        )
+        try:
+            async with pool.acquire() as conn:
+                await require_schema(conn)
+            s, db = self.settings, self.connectivity
+            self._recorder = Recorder(pool, worker=self.worker, stats=self.stats, settings=s,
+                                      metrics=self.metrics, connectivity=db,
+                                      on_written=self._gates.results_written)  # fmt: skip
+            self._refresher = Refresher(pool, self._gates, worker=self.worker, settings=s,
+                                        box=s.secret_box(), connectivity=db, stats=self.stats,
+                                        wake=self._wake, holding=self._holding)  # fmt: skip
+            maintenance = Maintenance(pool, settings=s, connectivity=db, url=self.url)
+            await self.sender.start()
+            self._listener = Listener(self.url, self._wake, db)
+            await self._listener.connect()
+            await self._refresher.once()
+            if self.metrics is not None:
+                self.metrics.watch_worker(lambda: db.connected, lambda: self.waiting_outcomes)
+            self._supervise("listener", self._listener.run())
+            self._supervise("deadlines", self.sender.deadlines.run())
+            # Producers do not NOTIFY (schema 005): new rows are found by probing.
+            prober = Prober(self.url, self._wake, db, busy=lambda: self._last_got > 0)
+            self._supervise("prober", prober.run())
+            self._supervise("flusher", self._recorder.run())
+            self._supervise("refresher", self._refresher.run())
+            self._supervise("maintenance", maintenance.run())
+            self._supervise("window", self._pace())
+            log.event("engine_started", worker=self.worker, drain=drain)
+            await self._loop()
+        finally:
+            await self._wind_down()
+            log.event("engine_stopped", worker=self.worker, delivered=self.stats.delivered,
+                      retried=self.stats.retried, dead=self.stats.dead,
+                      released=self.stats.released, window=self._window.limit,
+                      window_max=self._window_max)  # fmt: skip
+        if self._fatal is not None:
+            raise OperationalError(f"worker stopped: {self._fatal}")
+
+    def _supervise(self, name: str, job: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(job, name=f"dispatcher-{name}")
+        self._background.append(task)
+
+        def ended(t: asyncio.Task[None]) -> None:
+            if self._stopping and t.cancelled():
+                return
+            exc = None if t.cancelled() else t.exception()
+            reason = f"{name} ended: {type(exc).__name__}: {exc}" if exc else f"{name} ended"
+            log.event("background_task_failed", logging.ERROR, task=name, error=reason[:300])
+            self._fatal = self._fatal or RuntimeError(reason[:300])
+            self.stop()
+
+        task.add_done_callback(ended)
+
+    async def _loop(self) -> None:
+        poll = self.settings.poll_interval_s
+        while not self._stopping:
+            self._wake.clear()
+            got, budget_left = await self._claim()
+            if self._stopping:
+                break
+            if self._drain and got == 0 and self._inflight == 0 and not self._claim_failed:
+                # Outcomes just written may have made rows due (a retry with
+                # no delay); only an empty claim after the flush ends a drain.
+                await self._flush_all()
+                got, _ = await self._claim()
+                if got == 0 and self._inflight == 0 and not self._claim_failed:
+                    return
+                continue
+            if got and budget_left:
+                continue  # more may be due and there is room: claim again now
+            if self.metrics is not None:
+                self.metrics.in_flight.set(self._inflight)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), poll)
+
+    async def _pace(self) -> None:
+        """Samples the loop's lag and resizes the window (window.py); room
+        that opens up is claimed at once."""
+        loop = asyncio.get_running_loop()
+        while True:
+            t0 = loop.time()
+            await asyncio.sleep(window.SAMPLE_S)
+            now = loop.time()
+            before = self._window.limit
+            self._window = window.sampled(
+                self._window, now - t0 - window.SAMPLE_S, self._inflight, time.monotonic()
+            )
+            if self._window.limit > before:
+                self._window_max = max(self._window_max, self._window.limit)
+                self._wake.set()
+
+    async def _flush_all(self) -> None:
+        if self._recorder is not None:
+            await self._recorder.flush_all()
+
+    async def _wind_down(self) -> None:
+        self._stopping = True
+        if self._retry_timer is not None:
+            self._retry_timer.cancel()
+        # Rows not yet on the wire go back at once; those mid-request get the
+        # grace period to finish.
+        for d, gate in self._slots.take_ready():
+            self._resolve(d, gate, Outcome.handed_back(d), None)
+        await self._slots.stop(lambda job: job[0].started, self.settings.grace_s)
+        # Flush before stopping the flusher: this waits for a write already in
+        # progress (never cancelled mid-commit, which could apply it twice).
+        with contextlib.suppress(Exception):
+            await self._flush_all()
+        for helper in self._background:
+            helper.cancel()
+        for helper in self._background:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await helper
+        with contextlib.suppress(Exception):
+            await self._flush_all()
+        if self._pool is not None:
+            with contextlib.suppress(Exception):
+                async with acquire(self._pool) as conn:
+                    await store.leave(conn, self.worker)
+        if self._listener is not None:
+            await self._listener.close()
+        await self.sender.close()
+        if self._pool is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._pool.close(), 5)
+
+    # ------------------------------------------------------------ claiming
+
+    def _claim_threshold(self) -> int:
+        return max(1, min(self.settings.batch_size, self._window.limit) // 8)
+
+    def _wants(self) -> list[planner.Want]:
+        now = time.monotonic()
+        margin = self.settings.lease_margin_s
+        ids = self._gates.ids
+        wants = []
+        for eid in planner.rotated(ids, int(self._draw() * len(ids))):
+            gate = self._gates[eid]
+            n = gate.budget(now)
+            if n > 0:
+                wants.append(planner.Want(eid, n, gate.lease_s(margin), gate.endpoint.app))
+        return wants
+
+    async def _claim(self) -> tuple[int, bool]:
+        """Claims what can be started now. Returns (rows, budget left after)."""
+        free = self._window.limit - self._inflight
+        if free <= 0:
+            return 0, False
+        assert self._recorder is not None
+        if self._recorder.behind:
+            try:
+                await self._recorder.flush_all()
+            except DATABASE_ERRORS as exc:
+                await self._claim_failed_with(exc)
+                return 0, False
+        wants = self._wants()
+        if not wants:
+            return 0, False
+        limit = min(free, self.settings.batch_size)
+        first = planner.first_pass(wants, limit)
+        assert self._pool is not None
+        t0 = time.perf_counter()
+        rows: list[Delivery] = []
+        try:
+            async with acquire(self._pool) as conn:
+                rows = await self._claim_pass(conn, first, limit)
+                more = planner.second_pass(
+                    wants, first, planner.counts([d.endpoint_id for d in rows]), limit - len(rows)
+                )
+                if more:
+                    rows += await self._claim_pass(conn, more, limit - len(rows))
+        except DATABASE_ERRORS as exc:
+            await self._claim_failed_with(exc)
+            return len(rows), False
+        self.connectivity.ok()
+        self._claim_failing_since = 0.0
+        self._claim_failed = False
+        self.stats.claims += 1
+        if self.metrics is not None:
+            self.metrics.claim_seconds.observe(time.perf_counter() - t0)
+            self.metrics.in_flight.set(self._inflight)
+        self._since_claim = 0
+        # Only a claim that ran says busy or idle: a full window or no
+        # sendable endpoint keeps the last answer (the prober then wakes
+        # the loop each tick, which costs no query, rather than probing).
+        self._last_got = len(rows)
+        return len(rows), len(rows) == limit and self._inflight < self._window.limit
+
+    async def _claim_pass(
+        self, conn: Conn, wants: list[planner.Want], limit: int
+    ) -> list[Delivery]:
+        self.stats.statements += 1
+        rows = await store.claim(
+            conn,
+            endpoint_ids=[w.endpoint_id for w in wants],
+            budgets=[w.rows for w in wants],
+            leases_s=[w.lease_s for w in wants],
+            limit=limit,
+            worker=self.worker,
+        )
+        # On their way at once: a first pass's rows (an application's fresh
+        # event among them) do not wait for the second pass, nor for its
+        # failure, which would leave them to their lease.
+        for d in rows:
+            self._start(d)
+        return rows
+
+    async def _claim_failed_with(self, exc: BaseException) -> None:
+        self.connectivity.failed("claim", exc)
+        self._claim_failed = True
+        now = time.monotonic()
+        self._claim_failing_since = self._claim_failing_since or now
+        if self._drain and now - self._claim_failing_since > DRAIN_GIVE_UP_S:
+            # A batch job should fail loudly, not wait forever for a database.
+            raise OperationalError(f"database unavailable for {DRAIN_GIVE_UP_S:.0f} s") from None
+        await asyncio.sleep(CLAIM_RETRY_S)
+
+    # ------------------------------------------------------------ delivering
+
+    def _start(self, d: Delivery) -> None:
+        gate = self._gates[d.endpoint_id]
+        gate.claimed_row()
+        self._inflight += 1
+        self.stats.claimed += 1
+        self._slots.start((d, gate))
+
+    async def _run_row(self, job: Job) -> None:
+        """One claimed row on a slot: sent (or not), then resolved."""
+        d, gate = job
+        try:
+            outcome, result = await self._deliver(gate, d)
+        except asyncio.CancelledError:
+            self._resolve_safely(d, gate, Outcome.handed_back(d), None)  # back unspent
+            raise
+        except Exception as exc:
+            log.event("delivery_task_crashed", logging.ERROR, error=log.crash_site(exc))
+            outcome, result = Outcome.handed_back(d), None
+        self._resolve_safely(d, gate, outcome, result)
+
+    async def _deliver(self, gate: Gate, d: Delivery) -> tuple[Outcome, AttemptResult | None]:
+        if gate.wire is None:
+            return Outcome.unsendable(d, f"endpoint unusable: {gate.broken}"), None
+        # A payload the endpoint's shape cannot use (a missing macro) is at
+        # fault, not the endpoint: dead at once, unsent, unseen by the breaker.
+        doc, unusable = gate.wire.prepare(d.body)
+        if unusable is not None:
+            return Outcome.unsendable(d, unusable), None
+        async with gate.sem:
+            if gate.limiter is not None and gate.sendable():
+                await gate.limiter.acquire()
+            if self._stopping or not gate.sendable() or gate.paused_for() > 0:
+                return Outcome.handed_back(d, gate.paused_for()), None
+            d.started = True
+            d.seq = gate.order.sent(time.monotonic())
+            try:
+                result = await self.sender.post(gate.wire, d, doc)
+            except Exception as exc:
+                # A bug or a value the wire cannot carry: an attempt that
+                # failed (bounded by max_attempts), never a row handed back
+                # to be claimed again at once, forever.
+                result = _crashed(exc)
+        return self._decide(gate, d, result), result
+
+    def _resolve_safely(
+        self, d: Delivery, gate: Gate, outcome: Outcome, result: AttemptResult | None
+    ) -> None:
+        """_resolve, and a bug in it is logged at once, not when the slot's
+        task is collected; the slot goes on with the next row."""
+        try:
+            self._resolve(d, gate, outcome, result)
+        except Exception as exc:
+            log.event("delivery_resolve_crashed", logging.ERROR, error=log.crash_site(exc))
+
+    def _resolve(
+        self, d: Delivery, gate: Gate, outcome: Outcome, result: AttemptResult | None
+    ) -> None:
+        """The one place a claimed row is resolved: sent, released or cancelled."""
+        gate.released(spent=outcome.spent_attempt)
+        self._inflight -= 1
+        assert self._recorder is not None and self._refresher is not None
+        self._recorder.add(outcome)
+        if d.seq >= 0:
+            ready = gate.completed(
+                d.seq, result, outcome.pause_s, self._refresher.db_now(), self._window.saturated
+            )
+            if ready:
+                self._recorder.add_results(d.endpoint_id, ready)
+        if outcome.status is Status.FAILED or outcome.next_attempt_in_s:
+            self._wake_for(outcome.next_attempt_in_s)
+        self._since_claim += 1
+        if self._since_claim >= self._claim_threshold() or self._inflight == 0:
+            self._wake.set()
+
+    def _wake_for(self, delay_s: float) -> None:
+        """A row comes due again sooner than the next poll: wake then (one
+        timer, for the earliest), so short retry delays are kept."""
+        # The row's due time is set when its outcome is written, a flush
+        # later than now: wake a little after that, not before.
+        delay_s += self.settings.flush_interval_s + RETRY_WAKE_SLACK_S
+        if delay_s >= self.settings.poll_interval_s:
+            return
+        loop = asyncio.get_running_loop()
+        due = loop.time() + delay_s
+        if self._retry_timer is not None:
+            if self._retry_due <= due:
+                return
+            self._retry_timer.cancel()
+        self._retry_due = due
+        self._retry_timer = loop.call_at(due, self._retry_came_due)
+
+    def _retry_came_due(self) -> None:
+        self._retry_timer = None
+        self._wake.set()
+
+    def _decide(self, gate: Gate, d: Delivery, r: AttemptResult) -> Outcome:
+        ep = gate.endpoint
+        decision = decide(
+            verdict=r.verdict,
+            attempts_made=d.attempt_count + 1,
+            max_attempts=d.max_attempts,
+            base_s=ep.retry_base_ms / 1000,
+            cap_s=ep.retry_cap_ms / 1000,
+            jitter=self._draw(),
+            retry_after_s=r.retry_after_s,
+        )
+        return Outcome.attempted(d, r, decision.status, decision.delay_s)
+
+
+def _fd_limit() -> int | None:
+    """The soft descriptor limit (one socket per request in flight)."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def _crashed(exc: Exception) -> AttemptResult:
+    log.event("attempt_crashed", logging.ERROR, error=log.crash_site(exc))
+    return AttemptResult(
+        verdict=Verdict.RETRYABLE,
+        status_code=None,
+        response_ms=0,
+        error=f"internal error: {type(exc).__name__}"[:300],
+    )

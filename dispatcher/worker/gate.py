@@ -1,0 +1,497 @@
+"""The per-endpoint gate: token bucket, semaphore, adaptive limit, breaker view.
+
+One Gate per endpoint per process, and `Gates` holds them. A gate answers
+two questions for the engine: how many rows of this endpoint the next claim
+may take (so a claim never holds rows it cannot start soon), and whether a
+claimed row may be sent now.
+
+A gate owns its state: other modules tell it what happened (`claimed_row`,
+`released`, `completed`, `probe_won`, `sync`, `apply_share`, `reconfigure`,
+`results_written`) and ask it questions; none assigns its fields.
+
+Limits hold for the endpoint as a whole: with n live workers each gate runs
+on its share (see `split`), re-balanced as workers come and go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+
+from aiolimiter import AsyncLimiter
+
+from dispatcher import log
+from dispatcher.core import concurrency
+from dispatcher.core.breaker import (
+    Breaker,
+    BreakerState,
+    admits,
+    effective_threshold,
+    fold,
+    half_open,
+)
+from dispatcher.core.models import (
+    AttemptResult,
+    Endpoint,
+    Verdict,
+    validate_headers,
+    validate_shape,
+)
+from dispatcher.core.shaping import compile_success_body, url_sample
+from dispatcher.core.ssrf import validate_url
+from dispatcher.db.store import EndpointState
+from dispatcher.worker.sender import EndpointWire
+
+# Rows of a rate-limited endpoint claimed ahead of their tokens: about this
+# many seconds of its rate, so claimed rows wait for a token briefly, never
+# for a large part of their lease.
+RATE_LOOKAHEAD_S = 1.0
+# A bucket never holds more tokens than this, whatever a row says the rate is.
+MAX_BURST = 1_000_000
+
+
+def split(total: int, workers: int, index: int, salt: int) -> int:
+    """This worker's whole share of `total`; the shares add up to `total`.
+
+    The remainder goes to different workers for different endpoints (salt),
+    so many endpoints with a limit of 1 spread over the workers.
+    """
+    base, extra = divmod(total, workers)
+    return base + (1 if (index - salt) % workers < extra else 0)
+
+
+def _tokens(limiter: AsyncLimiter, burst: int) -> int:
+    """Whole tokens in the bucket now (has_capacity is monotonic: bisect it,
+    rather than asking once per possible token on every claim)."""
+    lo, hi = 0, burst
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if limiter.has_capacity(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+class SendOrder:
+    """Puts attempt results back in the order the attempts were sent.
+
+    Requests finish out of order: a reset comes back at once while the
+    successes sent around it are still on the wire; a request that hangs
+    times out long after the successes sent with it. Counted in completion
+    order, either would turn scattered failures into a run and open the
+    breaker; so a result is released only once every attempt sent before it
+    has ended. Every attempt ends by its timeout, so the wait is bounded by
+    it; `horizon_s` (a little more) is only a backstop for one that never
+    reports: it is then passed over, and counted on its own if it ever ends.
+    """
+
+    __slots__ = ("_done", "_late", "_next", "_open", "_sent_at", "horizon_s")
+
+    def __init__(self, horizon_s: float = 60.0) -> None:
+        self.horizon_s = horizon_s
+        self._next = 0
+        self._open: list[int] = []  # heap of sequence numbers not yet released
+        self._sent_at: dict[int, float] = {}
+        self._done: dict[int, bool | None] = {}
+        self._late: set[int] = set()  # passed over while still on the wire
+
+    def sent(self, now: float) -> int:
+        seq = self._next
+        self._next += 1
+        heapq.heappush(self._open, seq)
+        self._sent_at[seq] = now
+        return seq
+
+    def completed(self, seq: int, ok: bool | None, now: float) -> list[bool]:
+        """Records one result (None: the attempt never counted); returns the
+        results now in order, oldest first."""
+        ready: list[bool] = []
+        if seq in self._late:
+            self._late.discard(seq)
+            if ok is not None:
+                ready.append(ok)
+        else:
+            self._done[seq] = ok
+        while self._open:
+            head = self._open[0]
+            if head in self._done:
+                result = self._done.pop(head)
+                if result is not None:
+                    ready.append(result)
+            elif now - self._sent_at[head] > self.horizon_s:
+                self._late.add(head)
+            else:
+                break
+            heapq.heappop(self._open)
+            del self._sent_at[head]
+        return ready
+
+
+class Gate:
+    __slots__ = (
+        "adaptive",
+        "breaker",
+        "broken",
+        "claimed",
+        "endpoint",
+        "limiter",
+        "max_share",
+        "order",
+        "p95_ms",
+        "paused_until",
+        "probe_sent",
+        "probing",
+        "rate_share",
+        "sem",
+        "unwritten",
+        "wire",
+    )
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        wire: EndpointWire | None,
+        breaker: Breaker,
+        broken: str | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.wire = wire
+        # Why this endpoint cannot be sent to (a row that no longer decodes,
+        # a wire that cannot be built; then wire is None): its deliveries
+        # are dead-lettered, the rest flow on.
+        self.broken = broken
+        self.breaker = breaker  # this process's view; the database's is the truth
+        # Results folded into self.breaker that the recorder has not stored
+        # yet: until it has, a stored breaker read from the database is
+        # older than this view (a refresh must not reopen what just tripped).
+        self.unwritten = 0
+        self.max_share = endpoint.max_in_flight  # this process's part of max_in_flight
+        self.rate_share = endpoint.rate_per_s
+        self.sem = asyncio.Semaphore(endpoint.max_in_flight)
+        self.limiter = self._limiter()
+        self.adaptive = concurrency.initial(endpoint.max_in_flight)
+        self.order = SendOrder(_horizon(endpoint))
+        self.claimed = 0  # claimed by this process, outcome not yet buffered
+        self.probing = False  # this process won the half-open probe
+        self.probe_sent = False
+        self.p95_ms: float | None = None
+        self.paused_until = 0.0  # monotonic; Retry-After pauses the endpoint
+
+    # ------------------------------------------------------------ configuration
+
+    def reconfigure(
+        self, endpoint: Endpoint, wire: EndpointWire | None, broken: str | None = None
+    ) -> None:
+        old = self.endpoint
+        self.endpoint = endpoint
+        self.wire = wire
+        self.broken = broken
+        self.order.horizon_s = _horizon(endpoint)
+        if old.max_in_flight != endpoint.max_in_flight:
+            # Rows already holding the old semaphore finish under it.
+            self.sem = asyncio.Semaphore(endpoint.max_in_flight)
+            self.adaptive = concurrency.resize(self.adaptive, endpoint.max_in_flight)
+        if (old.rate_per_s, old.burst, old.max_in_flight) != (
+            endpoint.rate_per_s,
+            endpoint.burst,
+            endpoint.max_in_flight,
+        ):
+            self.max_share = endpoint.max_in_flight
+            self.rate_share = endpoint.rate_per_s
+            self.limiter = self._limiter()
+
+    def apply_share(self, workers: int, index: int) -> None:
+        ep = self.endpoint
+        share = split(ep.max_in_flight, workers, index, ep.id)
+        rate = None if ep.rate_per_s is None else ep.rate_per_s * share / ep.max_in_flight
+        if (share, rate) == (self.max_share, self.rate_share):
+            return
+        self.max_share = share
+        self.rate_share = rate
+        self.limiter = self._limiter()
+        self.adaptive = concurrency.resize(self.adaptive, max(share, 1))
+
+    def sync(self, state: EndpointState, worker: str, now_mono: float) -> None:
+        """What the database says now: the stored breaker (the truth, other
+        workers' outcomes included), who holds the probe, p95, a pause."""
+        self.p95_ms = state.p95_ms
+        self.paused_until = max(self.paused_until, now_mono + state.paused_for_s)
+        if self.unwritten == 0:
+            self.breaker = state.breaker
+        self.probing = state.breaker.state is BreakerState.HALF_OPEN and state.probe_owner == worker
+        if not self.probing:
+            self.probe_sent = False
+
+    def _burst(self) -> int:
+        ep = self.endpoint
+        assert self.rate_share is not None and ep.rate_per_s is not None
+        full = min(ep.burst or max(1, math.ceil(min(ep.rate_per_s, MAX_BURST))), MAX_BURST)
+        return max(1, round(full * (self.rate_share / ep.rate_per_s)))
+
+    def _limiter(self) -> AsyncLimiter | None:
+        if self.rate_share is None or self.rate_share <= 0:
+            return None
+        burst = self._burst()
+        # aiolimiter's bucket holds max_rate tokens and refills them over
+        # time_period: capacity `burst` refilled at rate_share per second.
+        return AsyncLimiter(burst, burst / self.rate_share)
+
+    # ------------------------------------------------------------ questions
+
+    def paused_for(self, now: float | None = None) -> float:
+        return max(0.0, self.paused_until - (time.monotonic() if now is None else now))
+
+    def may_probe(self) -> bool:
+        return not self.probing and self.max_share > 0 and self.endpoint.enabled
+
+    def sendable(self) -> bool:
+        """Ordinary traffic may flow, or this process holds the probe."""
+        if not self.endpoint.enabled or self.max_share <= 0:
+            return False
+        if admits(self.breaker):
+            return True
+        return self.breaker.state is BreakerState.HALF_OPEN and self.probing
+
+    def budget(self, now: float) -> int:
+        """Rows the next claim may take for this endpoint."""
+        if not self.endpoint.enabled or self.max_share <= 0 or self.paused_until > now:
+            return 0
+        if not admits(self.breaker):
+            if self.breaker.state is BreakerState.HALF_OPEN and self.probing:
+                return 0 if (self.probe_sent or self.claimed) else 1
+            return 0
+        n = min(self.max_share, self.adaptive.current) - self.claimed
+        if self.limiter is not None and self.rate_share is not None:
+            # The tokens there now, plus what refills within the lookahead:
+            # no claimed row waits for a token much longer than a second,
+            # so none outlives its lease however slow the rate.
+            ahead = _tokens(self.limiter, self._burst()) + math.floor(
+                min(self.rate_share * RATE_LOOKAHEAD_S, MAX_BURST)
+            )
+            n = min(n, ahead - self.claimed)
+        return max(n, 0)
+
+    def lease_s(self, margin_s: float) -> float:
+        # The wait for a token is bounded by RATE_LOOKAHEAD_S via budget().
+        return self.endpoint.timeout_ms / 1000 + RATE_LOOKAHEAD_S + margin_s
+
+    # ------------------------------------------------------------ what happened
+
+    def probe_won(self) -> None:
+        self.breaker = half_open(self.breaker)
+        self.probing = True
+        self.probe_sent = False
+
+    def claimed_row(self) -> None:
+        self.claimed += 1
+        if self.probing:
+            self.probe_sent = True
+
+    def released(self, *, spent: bool) -> None:
+        """A claimed row's outcome was handed to the recorder."""
+        self.claimed -= 1
+        if not spent and self.probing:
+            self.probe_sent = False  # the probe went back unsent: it may be claimed again
+
+    def completed(
+        self,
+        seq: int,
+        result: AttemptResult | None,
+        pause_s: float | None,
+        db_now: float,
+        saturated: bool = False,
+    ) -> list[bool]:
+        """An attempt sent as `seq` ended (None: it never counted). Updates
+        this process's view (so it stops sending at once) and returns the
+        results now in send order, for the stored breaker. `saturated`: this
+        process's own loop was lagging, so the latency says little about
+        the endpoint."""
+        mono = time.monotonic()
+        if result is not None:
+            if result.verdict is Verdict.SUCCESS:
+                self.adaptive = concurrency.on_success(
+                    self.adaptive, result.response_ms, mono, saturated=saturated
+                )
+            elif result.overloaded:
+                self.adaptive = concurrency.on_overload(self.adaptive, mono)
+            elif result.timed_out:
+                self.adaptive = concurrency.on_timeout(self.adaptive, mono)
+            if result.gone:
+                self.endpoint = replace(self.endpoint, enabled=False)
+        if pause_s:
+            self.paused_until = max(self.paused_until, mono + pause_s)
+        ok = None if result is None else result.verdict is Verdict.SUCCESS
+        ready = self.order.completed(seq, ok, mono)
+        self.unwritten += len(ready)  # the caller hands them to the recorder
+        if ready and (not all(ready) or not self._clean()):
+            self.breaker, _ = fold(
+                self.breaker,
+                ready,
+                db_now,
+                threshold=self.threshold(),
+                base_cooldown_s=self.endpoint.cooldown_s,
+            )
+        return ready
+
+    def _clean(self) -> bool:
+        b = self.breaker
+        return b.state is BreakerState.CLOSED and b.consecutive_failures == 0
+
+    def threshold(self) -> int:
+        return effective_threshold(self.endpoint.failure_threshold, self.p95_ms)
+
+    def results_written(self, n: int, b: Breaker | None) -> None:
+        """The recorder stored `n` of this gate's results, and `b`, the
+        breaker they left (None: they could not change it). It is the truth
+        now, unless later results are folded here and not stored yet."""
+        self.unwritten = max(0, self.unwritten - n)
+        if b is None or self.unwritten:
+            return
+        self.breaker = b
+        if b.state is not BreakerState.HALF_OPEN:
+            self.probing = False
+            self.probe_sent = False
+
+
+def _horizon(ep: Endpoint) -> float:
+    return ep.timeout_ms / 1000 + 5.0
+
+
+def _wire_key(ep: Endpoint) -> tuple[object, ...]:
+    """What an EndpointWire is built from."""
+    return (ep.url, ep.secrets, ep.timeout_ms, ep.headers, ep.method, ep.body,
+            ep.success_body, ep.client_cert, ep.client_key)  # fmt: skip
+
+
+class Gates:
+    """Every endpoint's gate in this process, in a stable order for claims."""
+
+    def __init__(self, wire: Callable[[Endpoint], EndpointWire]) -> None:
+        self._wire = wire
+        self._gates: dict[int, Gate] = {}
+        self.ids: list[int] = []  # rotated per claim by the planner's caller
+
+    def __getitem__(self, endpoint_id: int) -> Gate:
+        return self._gates[endpoint_id]
+
+    def get(self, endpoint_id: int) -> Gate | None:
+        return self._gates.get(endpoint_id)
+
+    def __iter__(self) -> Iterator[Gate]:
+        return iter(self._gates.values())
+
+    def __len__(self) -> int:
+        return len(self._gates)
+
+    def sync(
+        self, states: list[EndpointState], worker: str, workers: int, index: int
+    ) -> list[Gate]:
+        """Applies a refresh; returns the gates whose probe may be due."""
+        now_mono = time.monotonic()
+        seen = set()
+        due = []
+        for state in states:
+            seen.add(state.endpoint.id)
+            try:
+                gate = self._applied(state, worker, workers, index, now_mono)
+            except Exception as exc:
+                # Whatever a row holds, it stops only its own deliveries.
+                gate = self._set_aside(state, f"settings unusable ({type(exc).__name__})")
+            if state.breaker.state is not BreakerState.CLOSED:
+                due.append(gate)
+        for gone in set(self._gates) - seen:
+            if self._gates[gone].claimed == 0:
+                del self._gates[gone]
+                self.ids.remove(gone)
+        return due
+
+    def _applied(
+        self, state: EndpointState, worker: str, workers: int, index: int, now_mono: float
+    ) -> Gate:
+        endpoint = state.endpoint
+        gate = self._gates.get(endpoint.id)
+        if gate is None or gate.endpoint != endpoint or gate.broken != state.broken:
+            wire, broken = self._wired(gate, state)
+            if gate is None:
+                gate = Gate(endpoint, wire, state.breaker, broken)
+                self._add(gate)
+            else:
+                gate.reconfigure(endpoint, wire, broken)
+        gate.apply_share(workers, index)
+        gate.sync(state, worker, now_mono)
+        return gate
+
+    def _add(self, gate: Gate) -> None:
+        if gate.endpoint.id not in self._gates:
+            self.ids.append(gate.endpoint.id)
+        self._gates[gate.endpoint.id] = gate
+
+    def _set_aside(self, state: EndpointState, reason: str) -> Gate:
+        """A gate with default settings that dead-letters the endpoint's
+        deliveries with `reason` (rows already claimed finish as they were)."""
+        ep = state.endpoint
+        stand_in = Endpoint(id=ep.id, url=ep.url, secrets=(), enabled=ep.enabled, app=ep.app)
+        old = self._gates.get(ep.id)
+        if old is not None and old.broken == reason:
+            return old
+        log.event("endpoint_broken", logging.ERROR, endpoint_id=ep.id, reason=reason)
+        gate = Gate(stand_in, None, state.breaker, reason)
+        if old is not None:
+            gate.claimed = old.claimed
+        self._add(gate)
+        return gate
+
+    def _wired(
+        self, gate: Gate | None, state: EndpointState
+    ) -> tuple[EndpointWire | None, str | None]:
+        """The endpoint's wire (rebuilt only when what it is built from
+        changed) or, when it cannot be built, None and why. Said once per change."""
+        ep = state.endpoint
+        broken, wire = state.broken, None
+        if broken is None:
+            if (
+                gate is not None
+                and gate.wire is not None
+                and (_wire_key(gate.endpoint) == _wire_key(ep))
+            ):
+                wire = gate.wire
+            else:
+                wire, broken = self._built(ep)
+        if broken != (gate.broken if gate is not None else None):
+            if broken is None:
+                log.event("endpoint_usable", endpoint_id=ep.id)
+            else:
+                log.event("endpoint_broken", logging.ERROR, endpoint_id=ep.id, reason=broken)
+        return wire, broken
+
+    def _built(self, ep: Endpoint) -> tuple[EndpointWire | None, str | None]:
+        """The checks endpoint add makes, then the wire; a row written some
+        other way gets them here, before anything is sent. The reason is
+        ours, never the row's text (its URL or header values)."""
+        checks: tuple[tuple[str, Callable[[], object]], ...] = (
+            ("url refused", lambda: validate_url(url_sample(ep.url))),
+            ("headers invalid", lambda: validate_headers(ep.headers)),
+            ("success_body is not RE2 syntax", lambda: compile_success_body(ep.success_body)),
+            ("method, body or ordering invalid", lambda: validate_shape(ep)),
+        )
+        for reason, check in checks:
+            try:
+                check()
+            except Exception:
+                return None, reason
+        try:
+            return self._wire(ep), None
+        except Exception as exc:
+            return None, f"wire unusable ({type(exc).__name__})"
+
+    def results_written(self, counts: dict[int, int], breakers: dict[int, Breaker]) -> None:
+        for endpoint_id, n in counts.items():
+            gate = self._gates.get(endpoint_id)
+            if gate is not None:
+                gate.results_written(n, breakers.get(endpoint_id))

@@ -1,0 +1,77 @@
+"""LISTEN for due work on a dedicated connection, reconnecting when it drops.
+
+A notification only sets an event: the engine's poll interval remains the
+guarantee, so a lost notification delays work by one poll at most. The
+engine supervises `run()`; losing and regaining the connection is reported
+to the worker's Connectivity, which says it once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import asyncpg
+
+from dispatcher.db import DATABASE_ERRORS
+from dispatcher.worker.connectivity import Connectivity
+
+CHANNEL = "dispatcher_due"
+MAX_BACKOFF_S = 10.0
+
+
+class Listener:
+    def __init__(self, url: str, wake: asyncio.Event, connectivity: Connectivity) -> None:
+        self._url = url
+        self._wake = wake
+        self._db = connectivity
+        self._conn: asyncpg.Connection | None = None
+        self._lost = asyncio.Event()
+
+    def _notified(self, *_: Any) -> None:
+        self._wake.set()
+
+    def _terminated(self, *_: Any) -> None:
+        self._lost.set()
+
+    async def connect(self) -> None:
+        conn = await asyncpg.connect(self._url, timeout=10)
+        try:
+            conn.add_termination_listener(self._terminated)
+            await conn.add_listener(CHANNEL, self._notified)
+        except BaseException:
+            conn.terminate()
+            raise
+        self._conn = conn
+        # Anything committed while we were not listening is due now.
+        self._wake.set()
+
+    async def run(self) -> None:
+        delay = 0.5
+        while True:
+            await self._lost.wait()
+            self._lost.clear()
+            self._close_now()
+            while True:
+                try:
+                    await self.connect()
+                except DATABASE_ERRORS as exc:
+                    self._db.failed("listen", exc)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, MAX_BACKOFF_S)
+                else:
+                    delay = 0.5
+                    self._db.ok()
+                    break
+
+    def _close_now(self) -> None:
+        if self._conn is not None:
+            self._conn.terminate()
+            self._conn = None
+
+    async def close(self) -> None:
+        if self._conn is not None and not self._conn.is_closed():
+            with contextlib.suppress(Exception):
+                await self._conn.close(timeout=2)
+        self._conn = None

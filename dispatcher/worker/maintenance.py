@@ -1,0 +1,77 @@
+"""Periodic upkeep by one worker at a time: percentiles, pruning, retention,
+and keeping the hot tables vacuumed when autovacuum will not.
+
+The store takes an advisory lock per round, so with many workers one does
+the work and the others skip; the retention walk resumes from a cursor.
+VACUUM cannot run in a transaction and may take a while on a large table:
+it runs on a connection of its own, opened for it and closed after, under
+a session lock so that two workers never vacuum at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import asyncpg
+
+from dispatcher import log
+from dispatcher.core.tablehealth import TableHealth, vacuum_due
+from dispatcher.db import acquire, store
+from dispatcher.settings import Settings
+from dispatcher.worker.connectivity import Connectivity
+
+VACUUM_STATEMENT_TIMEOUT_S = 600.0
+
+
+class Maintenance:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        *,
+        settings: Settings,
+        connectivity: Connectivity,
+        url: str | None = None,
+    ) -> None:
+        self._pool = pool
+        self._settings = settings
+        self._db = connectivity
+        self._url = url  # for the vacuum's own connection; None: no vacuums
+        self._cursor = 0  # where the retention walk of the queue resumes
+        self.vacuums = 0
+
+    async def once(self) -> None:
+        s = self._settings
+        async with acquire(self._pool) as conn:
+            cursor = await store.maintain(
+                conn, s.latency_window_s, s.delivered_retention_s, cursor=self._cursor
+            )
+            due = [h for h in await store.table_health(conn) if vacuum_due(h)]
+        if cursor is not None:
+            self._cursor = cursor
+        if due and self._url is not None:
+            await self.vacuum(due)
+
+    async def vacuum(self, tables: list[TableHealth]) -> None:
+        assert self._url is not None
+        conn = await asyncpg.connect(
+            self._url, timeout=10, command_timeout=VACUUM_STATEMENT_TIMEOUT_S
+        )
+        try:
+            if not await store.try_vacuum_lock(conn):
+                return  # another worker is at it
+            for h in tables:
+                t0 = time.monotonic()
+                await store.vacuum(conn, h.table)
+                self.vacuums += 1
+                log.event("table_vacuumed", logging.INFO, table=h.table, dead_before=h.dead,
+                          live=h.live, autovacuum_on=h.autovacuum_on,
+                          seconds=round(time.monotonic() - t0, 2))  # fmt: skip
+        finally:
+            try:
+                await conn.close(timeout=5)
+            except Exception:
+                conn.terminate()
+
+    async def run(self) -> None:
+        await self._db.every(self._settings.percentile_refresh_s, "maintenance", self.once)

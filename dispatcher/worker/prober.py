@@ -1,0 +1,130 @@
+"""How an idle worker learns that producers committed new rows: a cheap
+probe every few milliseconds, instead of a NOTIFY from every producer.
+
+Why not NOTIFY: a transaction that NOTIFYs takes one lock for the whole
+server at commit and keeps it through its WAL flush, so producers that
+enqueue in their own transactions commit one at a time. Producers now
+commit like any INSERT, and each worker asks instead:
+
+- while busy (the last claim that ran found rows), it just wakes the loop
+  every tick: the claim is the probe, and it costs no query while the
+  window is full or no endpoint can take more;
+- while idle, it counts the rows above a watermark (one primary-key range
+  scan of the last second's rows) and wakes the engine when the count
+  changes. Updates (claims, outcomes) do not change it; a commit of new rows
+  does, whatever order producers commit in, because the watermark is the
+  newest id seen about a second ago: it covers every transaction that
+  commits within a second of its INSERT. A longer one is claimed by the
+  engine's poll (poll_interval_s), as retries and expired leases are.
+
+It never claims or decides anything itself: it only sets the engine's wake
+event. It keeps a connection of its own (a pooled one would cost more per
+probe in the acquire than in the query) and opens a new one after a
+database error, which is reported to the worker's Connectivity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from collections.abc import Callable
+
+import asyncpg
+
+from dispatcher.db import DATABASE_ERRORS, store
+from dispatcher.worker.connectivity import Connectivity
+
+# How often an idle worker looks: half of it is the average added wake latency.
+TICK_S = 0.01
+# How far behind the newest id the watermark stays: the longest INSERT-to-
+# COMMIT a producer may take and still be seen within a tick.
+BAND_S = 1.0
+# How often the newest id is noted while busy (the watermark must follow, or
+# the first probe after a busy spell would scan all of it).
+NOTE_S = 0.25
+ERROR_PAUSE_S = 1.0
+
+
+class Prober:
+    def __init__(
+        self,
+        url: str,
+        wake: asyncio.Event,
+        connectivity: Connectivity,
+        *,
+        busy: Callable[[], bool],
+        tick_s: float = TICK_S,
+        band_s: float = BAND_S,
+    ) -> None:
+        self._url = url
+        self._conn: asyncpg.Connection | None = None
+        self._wake = wake
+        self._db = connectivity
+        self._busy = busy
+        self._tick_s = tick_s
+        self._band_s = band_s
+        # (monotonic time, newest id then), oldest first.
+        self._tops: collections.deque[tuple[float, int]] = collections.deque()
+        self._mark = -1  # the watermark; -1 until the first look
+        self._base: tuple[int, int] | None = None  # (mark, rows above it) at the last probe
+        self.probes = 0
+
+    def _note(self, now: float, top: int) -> None:
+        if not self._tops or now - self._tops[-1][0] >= NOTE_S or top != self._tops[-1][1]:
+            self._tops.append((now, top))
+
+    def _advance(self, now: float) -> int:
+        """The mark: the newest id seen at least a band ago."""
+        while self._tops and now - self._tops[0][0] >= self._band_s:
+            self._mark = self._tops.popleft()[1]
+        return self._mark
+
+    async def _connection(self) -> asyncpg.Connection:
+        if self._conn is None or self._conn.is_closed():
+            self._conn = await asyncpg.connect(self._url, timeout=10, command_timeout=30)
+        return self._conn
+
+    async def step(self) -> None:
+        now = time.monotonic()
+        conn = await self._connection()
+        if self._mark < 0:
+            self._mark = await store.newest_id(conn)
+            self._note(now, self._mark)
+            return
+        if self._busy():
+            self._wake.set()
+            self._advance(now)
+            if not self._tops or now - self._tops[-1][0] >= NOTE_S:
+                self._note(now, await store.newest_id(conn))
+            return
+        mark = self._advance(now)
+        n, top = await store.probe_new_rows(conn, mark)
+        self.probes += 1
+        self._note(now, top)
+        # News when the count above the same mark changed; a moved mark
+        # counts as news too (a commit between the two counts would go
+        # unseen otherwise): one claim at most per move.
+        if self._base != (mark, n):
+            self._base = (mark, n)
+            self._wake.set()
+
+    async def run(self) -> None:
+        try:
+            while True:
+                await asyncio.sleep(self._tick_s)
+                try:
+                    await self.step()
+                except DATABASE_ERRORS as exc:
+                    self._db.failed("probe", exc)
+                    self._drop()
+                    await asyncio.sleep(ERROR_PAUSE_S)
+                else:
+                    self._db.ok()
+        finally:
+            self._drop()
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.terminate()
+            self._conn = None

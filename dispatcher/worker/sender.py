@@ -1,0 +1,476 @@
+"""The HTTP adapter: signs, POSTs, classifies. The only module using aiohttp's client.
+
+It owns one ClientSession (one connector, keep-alive pool) for the process.
+It never logs or stores payloads or response bodies: a response body is read
+up to a small cap only so the connection can go back to the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import os
+import socket
+import ssl
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
+from multidict import CIMultiDict
+from yarl import URL
+
+from dispatcher.core.errors import BadInput, OperationalError, TargetRefused
+from dispatcher.core.models import AttemptResult, Delivery, Endpoint, Verdict
+from dispatcher.core.retry import classify_status, parse_retry_after
+from dispatcher.core.shaping import (
+    BUILTINS,
+    SUCCESS_BODY_BYTES,
+    MissingMacro,
+    body_matches,
+    compile_success_body,
+    form_body,
+    lookup,
+    parse_template,
+)
+from dispatcher.core.signing import Signer
+from dispatcher.core.ssrf import check_address, target_refusal
+from dispatcher.version import __version__
+from dispatcher.worker.deadlines import Deadlines
+
+USER_AGENT = f"dispatcher/{__version__}"
+MAX_ERROR_LEN = 300
+# aiohttp arms no timer of its own: the endpoint's timeout is kept by
+# Deadlines (one sweeper for every request in flight).
+NO_TIMER = aiohttp.ClientTimeout(total=None, connect=None, sock_read=None, sock_connect=None)
+
+
+class GuardedResolver(AbstractResolver):
+    """Resolves, then keeps only the addresses the SSRF guard allows.
+
+    aiohttp connects to exactly what this returns, so there is no second
+    lookup for a rebinding name to change its answer in.
+    """
+
+    def __init__(
+        self,
+        *,
+        allow_private: bool,
+        allowed_networks: tuple[str, ...] = (),
+        inner: AbstractResolver | None = None,
+        proxy_host: str | None = None,
+    ) -> None:
+        self._allow_private = allow_private
+        self._allowed_networks = allowed_networks
+        self._inner = inner if inner is not None else DefaultResolver()
+        # With a proxy, the only name this process resolves is the proxy's
+        # (the proxy resolves the targets), and it may be a private address.
+        self._proxy_host = proxy_host
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        answers = await self._inner.resolve(host, port, family)
+        if host == self._proxy_host:
+            return answers
+        kept = []
+        refused: TargetRefused | None = None
+        for a in answers:
+            try:
+                check_address(
+                    host,
+                    a["host"],
+                    allow_private=self._allow_private,
+                    allowed_networks=self._allowed_networks,
+                )
+            except TargetRefused as exc:
+                refused = exc
+                continue
+            kept.append(a)
+        if not kept:
+            raise refused or TargetRefused(f"{host} did not resolve")
+        return kept
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+# What an attempt's error says: a fixed class and at most a short detail of
+# ours (SPEC "Limits"). Never an exception's own text: aiohttp's messages
+# carry the request URL (macro values filled in) and bytes the receiver
+# sent, and last_error is shown to operators, customers and pg_dump.
+_ERRNO_CLASSES = {
+    errno.ECONNREFUSED: "connection refused",
+    errno.ECONNRESET: "connection reset",
+    errno.EPIPE: "connection reset",
+    errno.ECONNABORTED: "connection reset",
+    errno.ENETUNREACH: "connection error: network unreachable",
+    errno.EHOSTUNREACH: "connection error: host unreachable",
+    errno.ETIMEDOUT: "timeout",
+}
+
+
+def attempt_error(exc: BaseException) -> str:
+    """The class of a failed attempt's error, from the exception's type
+    (and errno), never from its message."""
+    if isinstance(exc, aiohttp.ClientHttpProxyError):
+        return f"proxy: HTTP {exc.status}"
+    if isinstance(exc, aiohttp.ClientProxyConnectionError):
+        return "proxy: connection failed"
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return "tls: certificate not trusted"
+    if isinstance(exc, aiohttp.ClientSSLError | ssl.SSLError):
+        return "tls: handshake failed"
+    if isinstance(exc, aiohttp.ClientConnectorDNSError | socket.gaierror):
+        return "dns: name did not resolve"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "connection reset: closed before the response"
+    if isinstance(exc, aiohttp.ClientConnectionResetError | ConnectionResetError):
+        return "connection reset"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return "bad response: body"
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return "bad response"
+    if isinstance(exc, aiohttp.ServerTimeoutError):
+        return "timeout"
+    if isinstance(exc, aiohttp.InvalidUrlClientError):
+        return "url invalid"
+    oserror = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else exc
+    if isinstance(oserror, OSError) and oserror.errno in _ERRNO_CLASSES:
+        return _ERRNO_CLASSES[oserror.errno]
+    if isinstance(exc, aiohttp.ClientConnectionError | OSError):
+        return "connection error"
+    return f"request failed ({type(exc).__name__})"
+
+
+def refused_target(reason: str) -> str:
+    """The SSRF guard's refusal, as stored: which kind, not which host."""
+    if "canonical" in reason:
+        kind = "not a canonical IPv4 address"
+    elif "did not resolve" in reason:
+        kind = "name did not resolve"
+    elif "unparseable" in reason:
+        kind = "unparseable address"
+    else:
+        kind = "non-public address (DISPATCHER_ALLOW_PRIVATE_TARGETS)"
+    return f"refused target: {kind}"
+
+
+CONTENT_TYPES = {"json": "application/json", "form": "application/x-www-form-urlencoded"}
+
+
+class EndpointWire:
+    """Per-endpoint wire settings, built once per endpoint version."""
+
+    __slots__ = ("body_mode", "headers", "method", "shaped", "signer", "ssl", "success",
+                 "target", "template", "timeout_ms", "timeout_s", "url", "url_refusal")  # fmt: skip
+
+    def __init__(
+        self,
+        url: str,
+        secrets: tuple[str, ...],
+        timeout_ms: int,
+        *,
+        allow_private: bool,
+        allowed_networks: tuple[str, ...] = (),
+        headers: tuple[tuple[str, str], ...] = (),
+        method: str = "POST",
+        body_mode: str = "json",
+        success_body: str | None = None,
+        ssl_context: ssl.SSLContext | bool = True,
+    ):
+        self.url = url
+        template = parse_template(url)
+        self.template = template if template.has_macros else None
+        # Parsed once, not per request; a template's host is fixed text.
+        self.target = URL(template.sample() if self.template else url)
+        self.method = method
+        self.body_mode = body_mode
+        # Only a template or a body built from the payload reads the payload.
+        self.shaped = self.template is not None or body_mode == "form"
+        self.success = compile_success_body(success_body)
+        self.ssl = ssl_context
+        # The fixed part of every request's headers, copied per request (a C
+        # copy) instead of rebuilt from a dict.
+        self.headers: CIMultiDict[str] = CIMultiDict(headers)
+        if body_mode in CONTENT_TYPES:
+            self.headers["content-type"] = CONTENT_TYPES[body_mode]
+        self.headers["user-agent"] = USER_AGENT
+        self.signer = Signer(secrets)
+        self.timeout_ms = timeout_ms
+        self.timeout_s = timeout_ms / 1000
+        # Decided once per endpoint version, not per request: aiohttp skips
+        # the resolver for IP literals, and refuses non-canonical IPv4 forms
+        # itself only as a retryable error; both are a permanent refusal here.
+        self.url_refusal = target_refusal(
+            self.target.raw_host or "",
+            allow_private=allow_private,
+            allowed_networks=allowed_networks,
+        )
+
+    def prepare(self, body: bytes) -> tuple[Any, str | None]:
+        """The payload as data, for macros and form bodies (None when the
+        wire sends the bytes as they are), or why it cannot be sent: the
+        first macro it has no value for (`missing macro: name`)."""
+        if not self.shaped:
+            return None, None
+        try:
+            doc = load_payload(body)
+            if self.template is not None:
+                for name in self.template.names:
+                    lookup(doc, name, _ANY_BUILTIN)
+        except MissingMacro as exc:
+            return None, str(exc)
+        except ValueError as exc:
+            return None, f"payload unreadable: {type(exc).__name__}"
+        return doc, None
+
+    def request(
+        self, event_id: str, event_type: str, attempt: int, ts: int, body: bytes, doc: Any
+    ) -> tuple[URL, bytes]:
+        """The URL and the bytes to send (and sign) for one attempt."""
+        target = self.target
+        if self.template is not None:
+            builtins = {"event_id": event_id, "event_type": event_type,
+                        "attempt": str(attempt), "timestamp": str(ts)}  # fmt: skip
+            target = URL(self.template.render(doc, builtins), encoded=True)
+        if self.body_mode == "json":
+            return target, body
+        if self.body_mode == "form":
+            return target, form_body(doc)
+        return target, b""
+
+
+_ANY_BUILTIN = dict.fromkeys(BUILTINS, "")
+
+
+def load_payload(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        # Valid JSON orjson declines (integers past 64 bits, say).
+        return json.loads(body)
+
+
+def load_client_cert(ctx: ssl.SSLContext, cert_pem: str, key_pem: str) -> None:
+    """Makes `ctx` present this endpoint's client certificate. The ssl
+    module loads a chain only from files: written to a private temporary
+    folder and removed at once."""
+    with tempfile.TemporaryDirectory(prefix="dispatcher-mtls-") as folder:
+        cert, key = Path(folder) / "cert.pem", Path(folder) / "key.pem"
+        for path, pem in ((cert, cert_pem), (key, key_pem)):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(pem)
+        ctx.load_cert_chain(cert, key)
+
+
+class Sender:
+    def __init__(
+        self,
+        *,
+        allow_private: bool,
+        allowed_networks: tuple[str, ...] = (),
+        body_cap: int = SUCCESS_BODY_BYTES,
+        resolver: AbstractResolver | None = None,
+        proxy: str | None = None,
+        ca_file: Path | None = None,
+    ) -> None:
+        self.allow_private = allow_private
+        self.allowed_networks = allowed_networks
+        self._body_cap = body_cap
+        self._resolver = resolver
+        self._ca_file = ca_file
+        self._session: aiohttp.ClientSession | None = None
+        self.deadlines = Deadlines()
+        self._proxy = URL(proxy) if proxy else None
+        if self._proxy is not None and (self._proxy.scheme != "http" or not self._proxy.host):
+            raise BadInput("DISPATCHER_HTTP_PROXY must be an http://host:port URL")
+
+    def _tls(self) -> ssl.SSLContext | bool:
+        """The connector's context: aiohttp's default without a CA file."""
+        return True if self._ca_file is None else self._verifying_context()
+
+    def _verifying_context(self) -> ssl.SSLContext:
+        """The system store, plus DISPATCHER_CA_FILE's certificates when set.
+        Certificates and host names are always verified."""
+        ctx = ssl.create_default_context()
+        if self._ca_file is None:
+            return ctx
+        try:
+            ctx.load_verify_locations(cafile=str(self._ca_file))
+        except (OSError, ssl.SSLError) as exc:
+            raise OperationalError(
+                f"DISPATCHER_CA_FILE {self._ca_file}: cannot load CA certificates: {exc}"
+            ) from None
+        return ctx
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(
+            ssl=self._tls(),
+            # Concurrency is bounded by the engine (global cap, per-endpoint
+            # gates); the connector only pools, keeping sockets per host alive.
+            limit=0,
+            limit_per_host=0,
+            keepalive_timeout=30,
+            resolver=GuardedResolver(
+                allow_private=self.allow_private,
+                allowed_networks=self.allowed_networks,
+                inner=self._resolver,
+                proxy_host=self._proxy.host if self._proxy else None,
+            ),
+            ttl_dns_cache=60,
+            enable_cleanup_closed=False,
+        )
+        # No skip_auto_headers: it takes aiohttp off its per-request fast path.
+        # Response bodies are never decoded, so Accept-Encoding costs nothing.
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def wire(self, endpoint: Endpoint) -> EndpointWire:
+        tls: ssl.SSLContext | bool = True  # the connector's context (_tls)
+        if endpoint.client_cert is not None and endpoint.client_key is not None:
+            tls = self._verifying_context()
+            load_client_cert(tls, endpoint.client_cert, endpoint.client_key)
+        return EndpointWire(
+            endpoint.url,
+            endpoint.secrets,
+            endpoint.timeout_ms,
+            allow_private=self.allow_private,
+            allowed_networks=self.allowed_networks,
+            headers=endpoint.headers,
+            method=endpoint.method,
+            body_mode=endpoint.body_mode,
+            success_body=endpoint.success_body,
+            ssl_context=tls,
+        )
+
+    async def post(self, wire: EndpointWire, d: Delivery, doc: Any = None) -> AttemptResult:
+        """One attempt of `d`. `doc`: the payload as data (wire.prepare),
+        needed when the wire is shaped (URL macros, form body)."""
+        event_id, body = d.event_id, d.body
+        assert self._session is not None, "Sender.start() first"
+        if wire.url_refusal is not None:
+            return AttemptResult(
+                verdict=Verdict.PERMANENT,
+                status_code=None,
+                response_ms=0,
+                error=refused_target(wire.url_refusal),
+            )
+        now = time.time()
+        ts = int(now)
+        target, data = wire.target, body
+        if wire.shaped or wire.body_mode != "json":
+            target, data = wire.request(event_id, d.event_type, d.attempt_count + 1, ts, body, doc)
+        headers = wire.headers.copy()
+        headers["webhook-id"] = event_id
+        headers["webhook-timestamp"] = str(ts)
+        # Signed over the bytes actually sent (empty without a body).
+        headers["webhook-signature"] = wire.signer.signature(event_id, ts, data)
+        answer = b""
+        t0 = time.perf_counter()
+        # Run by the engine's supervisor (deadlines.run); the whole attempt,
+        # connecting and reading the body included, is under the timeout.
+        watch = self.deadlines.watch(wire.timeout_s)
+        try:
+            async with self._session.request(
+                wire.method,
+                target,
+                data=data if wire.body_mode != "none" else None,
+                headers=headers,
+                allow_redirects=False,
+                timeout=NO_TIMER,
+                proxy=self._proxy,
+                ssl=wire.ssl,
+            ) as resp:
+                status = resp.status
+                ms = int((time.perf_counter() - t0) * 1000)
+                retry_after = resp.headers.get("retry-after")
+                try:
+                    answer = await self._drain(resp, keep=wire.success is not None)
+                except (aiohttp.ClientError, OSError, TimeoutError):
+                    # The status line arrived in time: that is the answer.
+                    # A body cut short after a 2xx is still a delivery
+                    # (retrying it would send a duplicate by design).
+                    pass
+                except asyncio.CancelledError:
+                    if not self.deadlines.expired(watch):
+                        raise
+        except TargetRefused as exc:
+            return self._failed(Verdict.PERMANENT, t0, refused_target(str(exc)))
+        except asyncio.CancelledError:
+            if not self.deadlines.expired(watch):
+                raise
+            return self._failed(
+                Verdict.RETRYABLE, t0, f"timeout after {wire.timeout_ms} ms", timed_out=True
+            )
+        except TimeoutError:
+            # Not ours (a limit of asyncio's, the TLS handshake's say): still
+            # the endpoint too slow to answer, for its adaptive limit too.
+            return self._failed(Verdict.RETRYABLE, t0, "timeout", timed_out=True)
+        except (aiohttp.ClientError, OSError) as exc:
+            return self._failed(Verdict.RETRYABLE, t0, attempt_error(exc))
+        finally:
+            self.deadlines.done(watch)
+        verdict = classify_status(status)
+        if verdict is Verdict.SUCCESS:
+            if wire.success is not None and not body_matches(wire.success, answer):
+                # Postback receivers answer 200 with success=false.
+                return AttemptResult(
+                    verdict=Verdict.RETRYABLE,
+                    status_code=status,
+                    response_ms=ms,
+                    error="response did not match success_body",
+                )
+            return AttemptResult(verdict=verdict, status_code=status, response_ms=ms)
+        wait = parse_retry_after(retry_after, now) if status in (429, 503) else None
+        return AttemptResult(
+            verdict=verdict,
+            status_code=status,
+            response_ms=ms,
+            error=f"HTTP {status}",
+            retry_after_s=wait,
+            gone=status == 410,
+            overloaded=status in (429, 503),
+        )
+
+    async def _drain(self, resp: aiohttp.ClientResponse, *, keep: bool = False) -> bytes:
+        # Up to the cap, so a small body leaves the connection reusable; a
+        # bigger one is abandoned and the connection closed on release.
+        # Kept (for --success-body) only when asked.
+        left = self._body_cap
+        kept: list[bytes] = []
+        while left > 0:
+            chunk = await resp.content.read(left)
+            if not chunk:
+                break
+            left -= len(chunk)
+            if keep:
+                kept.append(chunk)
+        return b"".join(kept)
+
+    @staticmethod
+    def _failed(
+        verdict: Verdict, t0: float, error: str, *, timed_out: bool = False
+    ) -> AttemptResult:
+        ms = int((time.perf_counter() - t0) * 1000)
+        return AttemptResult(
+            verdict=verdict,
+            status_code=None,
+            response_ms=ms,
+            error=error[:MAX_ERROR_LEN],
+            timed_out=timed_out,
+        )
