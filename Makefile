@@ -37,6 +37,12 @@ format: install
 test: lint
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
+# docs/operations/configuration.md from settings.ENVIRONMENT (a unit test
+# fails when the page is stale).
+.PHONY: docs
+docs: install
+	$(PY) -m dispatcher.settings > docs/operations/configuration.md
+
 bench: install
 	$(PY) -m benchmarks $(BENCH_ARGS)
 

@@ -1,10 +1,17 @@
 """Runtime settings: every DISPATCHER_* variable is read here, but
 DISPATCHER_DEBUG (tracebacks on errors, read by the CLI before settings
-exist)."""
+exist).
+
+ENVIRONMENT lists each variable with its meaning and default, for people:
+`python -m dispatcher.settings` (`make docs`) writes it out as
+docs/operations/configuration.md, and a unit test fails when a name read
+here is missing from it or the page is stale.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,3 +154,153 @@ class Settings:
 
     def secret_box(self) -> SecretBox | None:
         return SecretBox(self.secret_key) if self.secret_key else None
+
+
+# The environment, for people. Kept beside from_env so that a new variable
+# and its line here arrive in one change; the test in
+# tests/unit/test_configuration_docs.py holds the two together.
+
+
+@dataclass(frozen=True, slots=True)
+class Variable:
+    name: str
+    meaning: str  # Markdown, one line
+    default: str  # as text: what happens when it is unset
+
+
+ENVIRONMENT: tuple[Variable, ...] = (
+    Variable(
+        "DATABASE_URL",
+        "PostgreSQL URL of the queue",
+        "unset: an embedded PostgreSQL (pgserver) under `$DISPATCHER_HOME/pgdata`",
+    ),
+    Variable("DISPATCHER_HOME", "state folder of the embedded PostgreSQL", "`./.dispatcher`"),
+    Variable(
+        "DISPATCHER_ALLOW_PRIVATE_TARGETS",
+        "`1` allows loopback, private and link-local destinations",
+        "off: such targets are refused (the SSRF guard)",
+    ),
+    Variable(
+        "DISPATCHER_ALLOWED_NETWORKS",
+        "comma-separated private networks allowed despite the SSRF guard (`10.1.0.0/16,fd00::/8`)",
+        "none",
+    ),
+    Variable(
+        "DISPATCHER_ADMIN_TOKEN",
+        "bearer token of the admin API and the dashboard's sign-in",
+        "a random one per run, printed once on stderr",
+    ),
+    Variable(
+        "DISPATCHER_SECRET_KEY",
+        "encrypts endpoint secrets, client keys and header values at rest (AES-GCM): 32 random "
+        "bytes in base64 (`openssl rand -base64 32`) are the key; any other string is hashed "
+        "(SHA-256) into one",
+        "unset: stored as given",
+    ),
+    Variable(
+        "DISPATCHER_MAX_IN_FLIGHT",
+        "requests one worker keeps in flight, fixed (`run --max-in-flight`); `auto` sizes it",
+        "sized by the worker from its event loop's headroom (starts at 1,000)",
+    ),
+    Variable(
+        "DISPATCHER_BATCH_SIZE", "rows one claim may take at most (`run --batch-size`)", "500"
+    ),
+    Variable(
+        "DISPATCHER_POLL_INTERVAL_S",
+        "seconds between full polls, behind the idle probe and LISTEN",
+        "1.0",
+    ),
+    Variable(
+        "DISPATCHER_GRACE_S",
+        "seconds that requests already on the wire get to finish after SIGTERM",
+        "25",
+    ),
+    Variable(
+        "DISPATCHER_LEASE_MARGIN_S",
+        "a claim's lease is the endpoint's timeout + 1 s + this margin (at most 59)",
+        "30",
+    ),
+    Variable(
+        "DISPATCHER_REFRESH_S",
+        "seconds between a worker's reloads of endpoints and heartbeats (at least 0.05)",
+        "1.0",
+    ),
+    Variable(
+        "DISPATCHER_SYNCHRONOUS_COMMIT",
+        "`1`: the worker's claims and outcomes wait for the WAL flush",
+        "off: asynchronous commit for the worker's own writes",
+    ),
+    Variable(
+        "DISPATCHER_LATENCY_WINDOW_S",
+        "seconds of latency samples kept for percentiles",
+        "86400 (24 h)",
+    ),
+    Variable(
+        "DISPATCHER_PERCENTILE_REFRESH_S",
+        "seconds between the stored percentiles' refreshes (one worker at a time)",
+        "10",
+    ),
+    Variable(
+        "DISPATCHER_RETENTION_DELIVERED_S",
+        "delivered rows older than this are deleted, in batches",
+        "604800 (7 days)",
+    ),
+    Variable(
+        "DISPATCHER_MAX_PAYLOAD_BYTES",
+        "largest payload accepted at enqueue (the SQL functions read "
+        "`dispatcher.max_payload_bytes` instead)",
+        "262144 (256 KiB)",
+    ),
+    Variable(
+        "DISPATCHER_AUTH_FAILURES_PER_MIN",
+        "failed credentials (bearer tokens, dashboard sign-ins, portal codes) per client "
+        "address per minute before 429; `0` turns it off",
+        "20",
+    ),
+    Variable(
+        "DISPATCHER_SENSITIVE_FIELDS",
+        "comma-separated field names redacted from every structured log, at any depth",
+        "`" + ",".join(SENSITIVE_FIELDS) + "`",
+    ),
+    Variable(
+        "DISPATCHER_HTTP_PROXY",
+        "every request through this HTTP proxy (CONNECT for https), for a fixed egress IP",
+        "unset: direct",
+    ),
+    Variable(
+        "DISPATCHER_CA_FILE",
+        "extra trusted CA certificates (PEM) for https targets, beside the system store",
+        "unset: the system store only",
+    ),
+    Variable("DISPATCHER_LOG_LEVEL", "`debug`, `info` or `warning`", "`info`"),
+    Variable(
+        "DISPATCHER_DEBUG",
+        "`1`: a command that fails prints its traceback (read by the CLI before settings exist)",
+        "off: one line on stderr",
+    ),
+)
+
+
+def markdown_table(variables: tuple[Variable, ...] = ENVIRONMENT) -> str:
+    """The variables as a Markdown table, one row each, in the order given."""
+    lines = ["| variable | meaning | default |", "| --- | --- | --- |"]
+    for v in variables:
+        cells = (f"`{v.name}`", v.meaning, v.default)
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def configuration_page() -> str:
+    """docs/operations/configuration.md, whole."""
+    return (
+        "# Configuration\n\n"
+        "<!-- Generated from dispatcher/settings.py (ENVIRONMENT) by `make docs`; "
+        "edit that table, not this page. -->\n\n"
+        "Every process reads these environment variables when it starts; a bad value "
+        "is one line on stderr and exit 2. Per-endpoint settings are fields of the "
+        "endpoint, not variables: see [Endpoints](../guide/endpoints.md).\n\n" + markdown_table()
+    )
+
+
+if __name__ == "__main__":
+    sys.stdout.write(configuration_page())
