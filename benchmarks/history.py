@@ -27,7 +27,7 @@ import time
 import asyncpg
 
 from dispatcher import db
-from dispatcher.db import catalog, store
+from dispatcher.db import latency, store
 from dispatcher.db.embedded import with_database
 
 ENDPOINTS = 20
@@ -167,7 +167,7 @@ async def main(argv: list[str]) -> int:
         )
         await big.execute("ANALYZE endpoint_latency")
         t0 = time.perf_counter()
-        await catalog.refresh_percentiles(big, 24 * 3600.0)
+        await latency.refresh_percentiles(big, 24 * 3600.0)
         report["percentile_refresh_s"] = round(time.perf_counter() - t0, 3)
     finally:
         await empty.close()

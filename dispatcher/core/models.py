@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import NamedTuple
 
@@ -113,7 +114,10 @@ class AttemptResult:
 
 @dataclass(slots=True)
 class Stats:
-    """What one worker has done, for logs, benchmarks and tests."""
+    """What one worker has done, for logs, benchmarks and tests. Each
+    component counts what it did in a Stats of its own (the engine its
+    claims, the recorder what it wrote, the refresher the probes it won);
+    the engine's `stats` is their sum."""
 
     claimed: int = 0
     claims: int = 0
@@ -124,6 +128,14 @@ class Stats:
     flushes: int = 0
     statements: int = 0
     breaker_transitions: list[tuple[int, str, str]] = field(default_factory=list)
+
+    @classmethod
+    def total(cls, parts: Sequence[Stats]) -> Stats:
+        out = cls()
+        for part in parts:
+            for f in fields(cls):
+                setattr(out, f.name, getattr(out, f.name) + getattr(part, f.name))
+        return out
 
 
 class Outcome(NamedTuple):

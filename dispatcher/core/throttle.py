@@ -82,7 +82,8 @@ class FailureThrottle:
         times = self._recent(key, now)
         if times is None or len(times) < self.limit:
             return None
-        return max(1, math.ceil(times[0] + self.window_s - now))
+        # Clamped: float sums can put a failure made just now a hair past the window.
+        return min(max(1, math.ceil(times[0] + self.window_s - now)), math.ceil(self.window_s))
 
     def failed(self, key: str, now: float) -> None:
         """`key` offered a wrong credential at `now`."""

@@ -33,7 +33,7 @@ from dispatcher.core.rows import (
     TimelinePoint,
 )
 from dispatcher.core.secretbox import PREFIX, SecretBox, seal
-from dispatcher.db import Conn, Q, one_line
+from dispatcher.db import Conn, Q, latency, one_line
 from dispatcher.db.columns import Headers, seal_headers, settings_from_row
 
 R = TypeVar("R")
@@ -357,17 +357,13 @@ async def health_summary(conn: Conn) -> HealthSummary:
     return HealthSummary(**doc)
 
 
-async def refresh_percentiles(conn: Conn, window_s: float) -> None:
-    await conn.execute(Q["refresh_percentiles"], window_s)
-
-
 async def endpoint_health(
     conn: Conn, window_s: float, *, refresh: bool = True, app: str | None = None
 ) -> list[EndpointHealth]:
     """Per endpoint breaker and percentiles; `refresh` recomputes the
     percentiles first (a scan of the window) instead of reading the stored ones."""
     if refresh:
-        await refresh_percentiles(conn, window_s)
+        await latency.refresh_percentiles(conn, window_s)
     return _typed(EndpointHealth, await conn.fetch(Q["endpoint_health_report"], app))
 
 

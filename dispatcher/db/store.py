@@ -18,7 +18,7 @@ from dispatcher.core.models import Delivery, Endpoint, Outcome, out_of_range
 from dispatcher.core.secretbox import PREFIX as SEALED
 from dispatcher.core.secretbox import SecretBox, SecretUnreadable, unseal
 from dispatcher.core.tablehealth import HOT_TABLES, TableHealth
-from dispatcher.db import MAINTENANCE_LOCK, Conn, Q
+from dispatcher.db import MAINTENANCE_LOCK, Conn, Q, latency
 from dispatcher.db.columns import settings_from_row, unseal_headers
 
 VACUUM_LOCK = MAINTENANCE_LOCK + 1
@@ -262,7 +262,7 @@ async def maintain(
         if not got:
             return None
         await conn.execute(Q["prune_latency"], window_s, batch)
-        await conn.execute(Q["refresh_percentiles"], window_s)
+        await latency.refresh_percentiles(conn, window_s)
         await conn.execute(Q["prune_secrets"])
     if retention_s is None:
         return cursor

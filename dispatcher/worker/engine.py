@@ -80,7 +80,7 @@ class Engine:
         )
         self._draw = random_draw
         self.metrics = metrics
-        self.stats = Stats()
+        self._stats = Stats()  # this engine's own claims
         self.connectivity = Connectivity()
         self._gates = Gates(self.sender.wire)
         self._wake = asyncio.Event()
@@ -111,6 +111,13 @@ class Engine:
         """Stop claiming; run() then winds down within the grace period."""
         self._stopping = True
         self._wake.set()
+
+    @property
+    def stats(self) -> Stats:
+        """What this worker has done: the sum of what each component counted."""
+        parts = [self._stats]
+        parts += [c.stats for c in (self._recorder, self._refresher) if c is not None]
+        return Stats.total(parts)
 
     @property
     def gates(self) -> Gates:
@@ -152,11 +159,11 @@ class Engine:
             async with pool.acquire() as conn:
                 await require_schema(conn)
             s, db = self.settings, self.connectivity
-            self._recorder = Recorder(pool, worker=self.worker, stats=self.stats, settings=s,
+            self._recorder = Recorder(pool, worker=self.worker, settings=s,
                                       metrics=self.metrics, connectivity=db,
                                       on_written=self._gates.results_written)  # fmt: skip
             self._refresher = Refresher(pool, self._gates, worker=self.worker, settings=s,
-                                        box=s.secret_box(), connectivity=db, stats=self.stats,
+                                        box=s.secret_box(), connectivity=db,
                                         wake=self._wake, holding=self._holding)  # fmt: skip
             maintenance = Maintenance(pool, settings=s, connectivity=db, url=self.url)
             await self.sender.start()
@@ -166,7 +173,8 @@ class Engine:
             if self.metrics is not None:
                 self.metrics.watch_worker(lambda: db.connected, lambda: self.waiting_outcomes)
             self._supervise("listener", self._listener.run())
-            self._supervise("deadlines", self.sender.deadlines.run())
+            assert self.sender.sweeper is not None  # started with the sender
+            self._supervise("deadlines", self.sender.sweeper)
             # Producers do not NOTIFY (schema 005): new rows are found by probing.
             prober = Prober(self.url, self._wake, db, busy=lambda: self._last_got > 0)
             self._supervise("prober", prober.run())
@@ -178,16 +186,22 @@ class Engine:
             await self._loop()
         finally:
             await self._wind_down()
-            log.event("engine_stopped", worker=self.worker, delivered=self.stats.delivered,
-                      retried=self.stats.retried, dead=self.stats.dead,
-                      released=self.stats.released, window=self._window.limit,
-                      window_max=self._window_max)  # fmt: skip
+            st = self.stats
+            log.event("engine_stopped", worker=self.worker, delivered=st.delivered,
+                      retried=st.retried, dead=st.dead, released=st.released,
+                      window=self._window.limit, window_max=self._window_max)  # fmt: skip
         if self._fatal is not None:
             raise OperationalError(f"worker stopped: {self._fatal}")
 
-    def _supervise(self, name: str, job: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(job, name=f"dispatcher-{name}")
-        self._background.append(task)
+    def _supervise(self, name: str, job: Coroutine[Any, Any, None] | asyncio.Task[None]) -> None:
+        """A background job whose end stops the worker. A task owned by
+        someone else (the sender's sweeper) is watched, not kept: its owner
+        ends it."""
+        if isinstance(job, asyncio.Task):
+            task = job
+        else:
+            task = asyncio.create_task(job, name=f"dispatcher-{name}")
+            self._background.append(task)
 
         def ended(t: asyncio.Task[None]) -> None:
             if self._stopping and t.cancelled():
@@ -324,7 +338,7 @@ class Engine:
         self.connectivity.ok()
         self._claim_failing_since = 0.0
         self._claim_failed = False
-        self.stats.claims += 1
+        self._stats.claims += 1
         if self.metrics is not None:
             self.metrics.claim_seconds.observe(time.perf_counter() - t0)
             self.metrics.in_flight.set(self._inflight)
@@ -338,7 +352,7 @@ class Engine:
     async def _claim_pass(
         self, conn: Conn, wants: list[planner.Want], limit: int
     ) -> list[Delivery]:
-        self.stats.statements += 1
+        self._stats.statements += 1
         rows = await store.claim(
             conn,
             endpoint_ids=[w.endpoint_id for w in wants],
@@ -370,7 +384,7 @@ class Engine:
         gate = self._gates[d.endpoint_id]
         gate.claimed_row()
         self._inflight += 1
-        self.stats.claimed += 1
+        self._stats.claimed += 1
         self._slots.start((d, gate))
 
     async def _run_row(self, job: Job) -> None:
@@ -394,13 +408,9 @@ class Engine:
         doc, unusable = gate.wire.prepare(d.body)
         if unusable is not None:
             return Outcome.unsendable(d, unusable), None
-        async with gate.sem:
-            if gate.limiter is not None and gate.sendable():
-                await gate.limiter.acquire()
-            if self._stopping or not gate.sendable() or gate.paused_for() > 0:
+        async with gate.admit(d, self._is_stopping) as admitted:
+            if not admitted:
                 return Outcome.handed_back(d, gate.paused_for()), None
-            d.started = True
-            d.seq = gate.order.sent(time.monotonic())
             try:
                 result = await self.sender.post(gate.wire, d, doc)
             except Exception as exc:
@@ -409,6 +419,9 @@ class Engine:
                 # to be claimed again at once, forever.
                 result = _crashed(exc)
         return self._decide(gate, d, result), result
+
+    def _is_stopping(self) -> bool:
+        return self._stopping
 
     def _resolve_safely(
         self, d: Delivery, gate: Gate, outcome: Outcome, result: AttemptResult | None

@@ -37,6 +37,7 @@ from dispatcher.core.breaker import (
 )
 from dispatcher.core.models import (
     AttemptResult,
+    Delivery,
     Endpoint,
     Verdict,
     validate_headers,
@@ -131,6 +132,43 @@ class SendOrder:
             heapq.heappop(self._open)
             del self._sent_at[head]
         return ready
+
+
+class Admission:
+    """`async with gate.admit(d, stopping)`: holds one of the endpoint's
+    in-flight places while the row is sent, after a token of its bucket;
+    `as` gives whether the row may go now (not paused, its breaker admits
+    it, the worker is not stopping). Admitted, the row is marked started and
+    takes its place in the send order. A class, not a generator-based
+    context manager: one is made per delivery, on the hot path."""
+
+    __slots__ = ("_d", "_gate", "_sem", "_stopping")
+
+    def __init__(self, gate: Gate, d: Delivery, stopping: Callable[[], bool]) -> None:
+        self._gate = gate
+        self._d = d
+        self._stopping = stopping
+        # The semaphore taken is the one released, even if reconfigure()
+        # replaces it meanwhile (rows holding the old one finish under it).
+        self._sem = gate.sem
+
+    async def __aenter__(self) -> bool:
+        gate = self._gate
+        await self._sem.acquire()
+        try:
+            if gate.limiter is not None and gate.sendable():
+                await gate.limiter.acquire()
+        except BaseException:
+            self._sem.release()
+            raise
+        if self._stopping() or not gate.sendable() or gate.paused_for() > 0:
+            return False
+        self._d.started = True
+        self._d.seq = gate.order.sent(time.monotonic())
+        return True
+
+    async def __aexit__(self, *_: object) -> None:
+        self._sem.release()
 
 
 class Gate:
@@ -241,6 +279,9 @@ class Gate:
         # aiolimiter's bucket holds max_rate tokens and refills them over
         # time_period: capacity `burst` refilled at rate_share per second.
         return AsyncLimiter(burst, burst / self.rate_share)
+
+    def admit(self, d: Delivery, stopping: Callable[[], bool]) -> Admission:
+        return Admission(self, d, stopping)
 
     # ------------------------------------------------------------ questions
 

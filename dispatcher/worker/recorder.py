@@ -44,7 +44,6 @@ class Recorder:
         pool: asyncpg.Pool,
         *,
         worker: str,
-        stats: Stats,
         settings: Settings,
         metrics: Metrics | None,
         connectivity: Connectivity,
@@ -52,7 +51,7 @@ class Recorder:
     ) -> None:
         self._pool = pool
         self.worker = worker
-        self.stats = stats
+        self.stats = Stats()  # what this recorder wrote
         self.metrics = metrics
         self._db = connectivity
         self._on_written = on_written

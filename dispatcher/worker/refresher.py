@@ -36,7 +36,6 @@ class Refresher:
         settings: Settings,
         box: SecretBox | None,
         connectivity: Connectivity,
-        stats: Stats,
         wake: asyncio.Event,
         holding: Callable[[], tuple[int, int]] = lambda: (0, 0),
     ) -> None:
@@ -46,7 +45,7 @@ class Refresher:
         self._settings = settings
         self._box = box
         self._db = connectivity
-        self._stats = stats
+        self.stats = Stats()  # the probes this refresher won
         self._wake = wake
         self._holding = holding  # (rows in flight, outcomes not yet written)
         self.workers = 1  # live workers sharing each endpoint's limits
@@ -89,7 +88,7 @@ class Refresher:
                 from_state="open",
                 to_state="half_open",
             )
-            self._stats.breaker_transitions.append((gate.endpoint.id, "open", "half_open"))
+            self.stats.breaker_transitions.append((gate.endpoint.id, "open", "half_open"))
             self._wake.set()
 
     async def run(self) -> None:

@@ -8,6 +8,7 @@ up to a small cap only so the connection can go back to the pool.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import os
@@ -287,7 +288,11 @@ class Sender:
         self._resolver = resolver
         self._ca_file = ca_file
         self._session: aiohttp.ClientSession | None = None
+        # Every attempt's timeout, kept by one sweeper that this sender runs
+        # from start() to close(): no request can outlive its deadline
+        # because nobody ran the sweeper.
         self.deadlines = Deadlines()
+        self.sweeper: asyncio.Task[None] | None = None
         self._proxy = URL(proxy) if proxy else None
         if self._proxy is not None and (self._proxy.scheme != "http" or not self._proxy.host):
             raise BadInput("DISPATCHER_HTTP_PROXY must be an http://host:port URL")
@@ -334,11 +339,17 @@ class Sender:
             auto_decompress=False,
             cookie_jar=aiohttp.DummyCookieJar(),
         )
+        self.sweeper = asyncio.create_task(self.deadlines.run(), name="dispatcher-deadlines")
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self.sweeper is not None:
+            self.sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.sweeper
+            self.sweeper = None
 
     def wire(self, endpoint: Endpoint) -> EndpointWire:
         tls: ssl.SSLContext | bool = True  # the connector's context (_tls)
@@ -382,7 +393,7 @@ class Sender:
         headers["webhook-signature"] = wire.signer.signature(event_id, ts, data)
         answer = b""
         t0 = time.perf_counter()
-        # Run by the engine's supervisor (deadlines.run); the whole attempt,
+        # Kept by this sender's sweeper (started with it); the whole attempt,
         # connecting and reading the body included, is under the timeout.
         watch = self.deadlines.watch(wire.timeout_s)
         try:

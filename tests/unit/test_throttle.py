@@ -8,6 +8,7 @@ unaffected."
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -125,7 +126,8 @@ def test_matches_a_model_of_the_sliding_window(
 ) -> None:
     t = FailureThrottle(limit, window_s=60.0, max_keys=max_keys)
     failures: dict[str, list[float]] = {}
-    last_failed: dict[str, float] = {}
+    last_failed: dict[str, tuple[float, int]] = {}  # time, then order (ties at one time)
+    order = itertools.count()
     now = T0
     for index, gap, fails in steps:
         now += gap
@@ -133,14 +135,14 @@ def test_matches_a_model_of_the_sliding_window(
         recent = [x for x in failures.get(key, []) if x > now - 60.0]
         model = None
         if len(recent) >= limit:
-            model = max(1, math.ceil(recent[-limit] + 60.0 - now))
+            model = min(max(1, math.ceil(recent[-limit] + 60.0 - now)), 60)
         got = t.retry_after(key, now)
         assert got == model
         assert got is None or 1 <= got <= 60
         if got is None and fails:
             t.failed(key, now)
             failures.setdefault(key, []).append(now)
-            last_failed[key] = now
+            last_failed[key] = (now, next(order))
             # The model's eviction: beyond max_keys live keys, the one whose
             # last failure is the oldest is forgotten.
             live = [k for k, ts in failures.items() if any(x > now - 60.0 for x in ts)]
