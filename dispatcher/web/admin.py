@@ -1,7 +1,9 @@
 """The admin HTTP API (aiohttp.web): health probes, metrics, JSON under /v1/.
 
-An entry point: it wires the service, reports and metrics together; who may
-call it and what every answer carries is web.security's, the dashboard's
+An entry point: it wires the service, reports and metrics together, and
+keeps the server's one route table (ROUTES, at the end), from which its
+routes, who may call each and the OpenAPI paths are made. Checking who
+calls and what every answer carries is web.security's, the dashboard's
 pages are web.pages', the portal's web.portal's. Everything but
 /healthz, /readyz and the sign-ins requires `Authorization: Bearer
 $DISPATCHER_ADMIN_TOKEN` (or the dashboard's session cookie), or for the
@@ -15,7 +17,8 @@ import contextlib
 import secrets
 import sys
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -30,17 +33,41 @@ from dispatcher.metrics import CONTENT_TYPE, Metrics
 from dispatcher.ops import reports, service, tenancy
 from dispatcher.ops.inputs import spec_from_fields
 from dispatcher.settings import Settings
+from dispatcher.web import openapi as oas
 from dispatcher.web import pages, portal, security
-from dispatcher.web.openapi import OPENAPI
+from dispatcher.web.routes import Access, Handler, Route, add_routes
 from dispatcher.web.security import json_response as _json
+
+PERCENTILE_REFRESH_S = 5.0
+
+
+@dataclass(slots=True)
+class PercentileRefresh:
+    """When this server last had the latency percentiles recomputed.
+
+    A dashboard polls three routes every 2 s and Prometheus scrapes /metrics;
+    each recomputing the window (0.44 s of database time per million samples)
+    would put the cost on every read, so a server asks for it at most every
+    `every_s`. `serve` runs no maintenance task, so this is also what keeps
+    its figures fresh.
+    """
+
+    every_s: float = PERCENTILE_REFRESH_S
+    last: float = float("-inf")
+
+    def claim(self, now: float) -> bool:
+        """Whether a refresh is due at `now`; if so it counts as done from
+        `now`, so that of the reads in one interval only the first refreshes."""
+        if now - self.last < self.every_s:
+            return False
+        self.last = now
+        return True
+
 
 POOL: web.AppKey[asyncpg.Pool] = web.AppKey("pool", asyncpg.Pool)
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings", Settings)
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics", Metrics)
-REFRESHED: web.AppKey[list[float]] = web.AppKey("percentiles_refreshed", list)
-PERCENTILE_REFRESH_S = 5.0
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+REFRESH: web.AppKey[PercentileRefresh] = web.AppKey("percentile_refresh", PercentileRefresh)
 
 
 def _conn(request: web.Request) -> contextlib.AbstractAsyncContextManager[db.Conn]:
@@ -103,19 +130,8 @@ def _scope(request: web.Request, named: Any = None) -> str | None:
 
 
 def _refresh_due(request: web.Request) -> bool:
-    """Recompute percentiles at most every PERCENTILE_REFRESH_S per server.
-
-    A dashboard polls three routes every 2 s and Prometheus scrapes /metrics;
-    each recomputing the window (0.44 s of database time per million samples)
-    would put the cost on every read. `serve` runs no maintenance task, so
-    this is also what keeps its figures fresh.
-    """
-    clock = request.app[REFRESHED]
-    now = time.monotonic()
-    if now - clock[0] < PERCENTILE_REFRESH_S:
-        return False
-    clock[0] = now
-    return True
+    """Recompute percentiles on this read? (PercentileRefresh)"""
+    return request.app[REFRESH].claim(time.monotonic())
 
 
 # ---------------------------------------------------------------- probes
@@ -152,7 +168,7 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def openapi(_: web.Request) -> web.Response:
-    return _json(OPENAPI)
+    return _json(OPENAPI)  # made from ROUTES, below
 
 
 # ---------------------------------------------------------------- endpoints
@@ -405,47 +421,114 @@ async def alerts(request: web.Request) -> web.Response:
     return _json(doc)
 
 
+# ---------------------------------------------------------------- the routes
+
+OPEN, ADMIN, APP = Access.OPEN, Access.ADMIN, Access.APP
+ID = "{id:[0-9]+}"
+
+# The server's one list of routes, in the order aiohttp matches them. Each
+# row: method, path, who may call it (OPEN: no credential asked; ADMIN: the
+# admin token or the dashboard's session; APP: also an application's
+# credential, inside its application, SPEC "Applications (tenants) and the
+# customer portal"); then the handler and its OpenAPI operation (None: a
+# page the document leaves out). From it come the aiohttp routes
+# (add_routes), the guard's rules (RULES) and the document's paths
+# (OPENAPI). tests/integration/test_tenancy_matrix.py must cover every row.
+# fmt: off
+ROUTES: tuple[Route, ...] = (
+    Route("GET",    "/healthz",                             OPEN,
+          healthz,                 oas.HEALTHZ),
+    Route("GET",    "/readyz",                              OPEN,
+          readyz,                  oas.READYZ),
+    Route("GET",    "/metrics",                             ADMIN,
+          metrics,                 oas.METRICS),
+    # The dashboard: `/` shows a caller without a session the sign-in form (401).
+    Route("GET",    "/",                                    OPEN,
+          pages.dashboard,         None),
+    Route("GET",    "/login",                               OPEN,
+          pages.login_form,        None),
+    Route("POST",   "/login",                               OPEN,
+          pages.login,             None),
+    Route("POST",   "/logout",                              ADMIN,
+          pages.logout,            None),
+    Route("GET",    "/static/{name}",                       OPEN,
+          pages.static_file,       None),
+    Route("GET",    "/v1/openapi.json",                     ADMIN,
+          openapi,                 oas.OPENAPI_V1),
+    # Where tools look first; the same document, the same access.
+    Route("GET",    "/openapi.json",                        ADMIN,
+          openapi,                 oas.OPENAPI_ROOT),
+    Route("GET",    "/v1/endpoints",                        APP,
+          endpoints_list,          oas.ENDPOINTS_LIST),
+    Route("POST",   "/v1/endpoints",                        APP,
+          endpoints_create,        oas.ENDPOINTS_CREATE),
+    Route("GET",    "/v1/endpoints/health",                 APP,
+          endpoints_health,        oas.ENDPOINTS_HEALTH),
+    Route("GET",    f"/v1/endpoints/{ID}",                  APP,
+          endpoint_get,            oas.ENDPOINT_GET),
+    Route("PATCH",  f"/v1/endpoints/{ID}",                  APP,
+          endpoint_update,         oas.ENDPOINT_UPDATE),
+    Route("DELETE", f"/v1/endpoints/{ID}",                  APP,
+          endpoint_delete,         oas.ENDPOINT_DELETE),
+    Route("POST",   f"/v1/endpoints/{ID}/disable",          APP,
+          _toggle(False),          oas.ENDPOINT_DISABLE),
+    Route("POST",   f"/v1/endpoints/{ID}/enable",           APP,
+          _toggle(True),           oas.ENDPOINT_ENABLE),
+    Route("POST",   f"/v1/endpoints/{ID}/rotate-secret",    APP,
+          endpoint_rotate,         oas.ENDPOINT_ROTATE),
+    Route("POST",   f"/v1/endpoints/{ID}/test",             APP,
+          endpoint_test,           oas.ENDPOINT_TEST),
+    Route("GET",    f"/v1/endpoints/{ID}/activity",         ADMIN,
+          endpoint_activity,       oas.ENDPOINT_ACTIVITY),
+    Route("POST",   "/v1/events",                           APP,
+          events_create,           oas.EVENTS_CREATE),
+    Route("GET",    "/v1/deliveries",                       APP,
+          deliveries,              oas.DELIVERIES),
+    Route("GET",    "/v1/dead-letters",                     APP,
+          dead_letters,            oas.DEAD_LETTERS),
+    Route("GET",    "/v1/dead-letters/analyze",             ADMIN,
+          dead_letters_analyze,    oas.DEAD_LETTERS_ANALYZE),
+    Route("POST",   "/v1/dead-letters/replay",              APP,
+          dead_letters_replay,     oas.DEAD_LETTERS_REPLAY),
+    Route("GET",    "/v1/health",                           ADMIN,
+          health,                  oas.HEALTH),
+    Route("GET",    "/v1/alerts",                           ADMIN,
+          alerts,                  oas.ALERTS),
+    Route("GET",    "/v1/timeline",                         ADMIN,
+          timeline,                oas.TIMELINE),
+    Route("GET",    "/v1/applications",                     ADMIN,
+          applications_list,       oas.APPLICATIONS_LIST),
+    Route("POST",   "/v1/applications",                     ADMIN,
+          applications_create,     oas.APPLICATIONS_CREATE),
+    Route("PATCH",  "/v1/applications/{app}",               ADMIN,
+          application_update,      oas.APPLICATION_UPDATE),
+    Route("POST",   "/v1/applications/{app}/tokens",        ADMIN,
+          application_token,       oas.APPLICATION_TOKEN),
+    Route("POST",   "/v1/applications/{app}/portal-links",  ADMIN,
+          application_portal_link, oas.APPLICATION_PORTAL_LINK),
+    # The portal: its sign-in and page answer for themselves (a code, a session).
+    Route("GET",    "/portal/login",                        OPEN,
+          portal.login,            oas.PORTAL_LOGIN),
+    Route("GET",    portal.PORTAL_PATH,                     OPEN,
+          portal.page,             None),
+    Route("POST",   "/portal/logout",                       APP,
+          portal.logout,           None),
+)
+# fmt: on
+RULES = security.AccessRules.of(ROUTES)
+OPENAPI = oas.document(ROUTES)
+
+
 def build_app(settings: Settings, pool: asyncpg.Pool, token: str,
               metrics_: Metrics | None = None) -> web.Application:  # fmt: skip
     app = web.Application(middlewares=[security.guard], client_max_size=2 * 1024 * 1024)
-    security.install(app, token, portal.install(app, pool),
-                         failures_per_min=settings.auth_failures_per_min)  # fmt: skip
+    resolver = portal.install(app, pool)
+    security.install(app, token, resolver, RULES, failures_per_min=settings.auth_failures_per_min)
     app[POOL] = pool
     app[SETTINGS] = settings
     app[METRICS] = metrics_ or Metrics()
-    app[REFRESHED] = [float("-inf")]
-    r = app.router
-    r.add_get("/healthz", healthz)
-    r.add_get("/readyz", readyz)
-    r.add_get("/metrics", metrics)
-    pages.add_routes(r)
-    r.add_get("/v1/openapi.json", openapi)
-    r.add_get("/openapi.json", openapi)  # where tools look first; same document, same auth
-    r.add_get("/v1/endpoints", endpoints_list)
-    r.add_post("/v1/endpoints", endpoints_create)
-    r.add_get("/v1/endpoints/health", endpoints_health)
-    r.add_get(r"/v1/endpoints/{id:[0-9]+}", endpoint_get)
-    r.add_patch(r"/v1/endpoints/{id:[0-9]+}", endpoint_update)
-    r.add_delete(r"/v1/endpoints/{id:[0-9]+}", endpoint_delete)
-    r.add_post(r"/v1/endpoints/{id:[0-9]+}/disable", _toggle(False))
-    r.add_post(r"/v1/endpoints/{id:[0-9]+}/enable", _toggle(True))
-    r.add_post(r"/v1/endpoints/{id:[0-9]+}/rotate-secret", endpoint_rotate)
-    r.add_post(r"/v1/endpoints/{id:[0-9]+}/test", endpoint_test)
-    r.add_get(r"/v1/endpoints/{id:[0-9]+}/activity", endpoint_activity)
-    r.add_post("/v1/events", events_create)
-    r.add_get("/v1/deliveries", deliveries)
-    r.add_get("/v1/dead-letters", dead_letters)
-    r.add_get("/v1/dead-letters/analyze", dead_letters_analyze)
-    r.add_post("/v1/dead-letters/replay", dead_letters_replay)
-    r.add_get("/v1/health", health)
-    r.add_get("/v1/alerts", alerts)
-    r.add_get("/v1/timeline", timeline)
-    r.add_get("/v1/applications", applications_list)
-    r.add_post("/v1/applications", applications_create)
-    r.add_patch("/v1/applications/{app}", application_update)
-    r.add_post("/v1/applications/{app}/tokens", application_token)
-    r.add_post("/v1/applications/{app}/portal-links", application_portal_link)
-    portal.add_routes(r)
+    app[REFRESH] = PercentileRefresh()
+    add_routes(app.router, ROUTES)
     return app
 
 
@@ -464,7 +547,7 @@ def parse_bind(value: str) -> tuple[str, int]:
 
 
 async def start_admin(bind: str, settings: Settings, url: str, metrics_: Metrics | None = None,
-                      *, quiet: bool = False) -> web.AppRunner:  # fmt: skip
+                      *, quiet: bool = False) -> web.BaseRunner:  # fmt: skip
     host, port = parse_bind(bind)
     token = settings.admin_token
     if token is None:
@@ -477,8 +560,7 @@ async def start_admin(bind: str, settings: Settings, url: str, metrics_: Metrics
         await pool.close()
 
     app.on_cleanup.append(close_pool)
-    runner = security.HardenedRunner(app, handle_signals=False, access_log=None, shutdown_timeout=2)
-    await runner.setup()
+    runner = await security.start_runner(app, shutdown_timeout=2)
     site = web.TCPSite(runner, host, port)
     try:
         await site.start()

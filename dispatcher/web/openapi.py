@@ -1,13 +1,17 @@
-"""The OpenAPI 3.0 document served at /v1/openapi.json and /openapi.json."""
+"""The OpenAPI 3.0 document served at /v1/openapi.json and /openapi.json:
+its schemas and one operation object per route; the paths are the route
+table's (admin.ROUTES, `document`)."""
 
 # ruff: noqa: E501
 # fmt: off
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from dispatcher.version import __version__
+from dispatcher.web.routes import Access, Route
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -82,7 +86,7 @@ _QUOTAS: dict[str, Any] = {
 }
 _REFUSED = {"content": {"application/json": {"schema": _ref("Error")}}}
 
-OPENAPI: dict[str, Any] = {
+_DOCUMENT: dict[str, Any] = {
     "openapi": "3.0.3",
     "info": {"title": "dispatcher admin API", "version": __version__},
     "components": {
@@ -155,156 +159,181 @@ OPENAPI: dict[str, Any] = {
         },
     },
     "security": [{"bearer": []}],
-    "paths": {
-        "/healthz": {"get": {"summary": "Process alive", "security": [],
-                             "responses": {"200": {"description": "alive"}}}},
-        "/readyz": {"get": {"summary": "Database reachable and migrated", "security": [],
-                            "responses": {"200": {"description": "ready"},
-                                          "503": {"description": "not ready"}}}},
-        "/metrics": {"get": {"summary": "Prometheus metrics",
-                             "responses": {"200": {"description": "text exposition"},
-                                           "401": {"description": "token"}}}},
-        "/v1/endpoints": {
-            "get": {"summary": "List endpoints (of one application with ?app=)", "parameters": [_APP_QUERY],
-                    "responses": _ok({"type": "array", "items": _ref("Endpoint")})},
-            "post": {"summary": "Create an endpoint (the response carries its secret)",
-                     "requestBody": _body(_ref("EndpointCreate")),
-                     "responses": {**_ok(_ref("Endpoint"), "201"),
-                                   "409": {"description": "The application has max_endpoints live endpoints", **_REFUSED}}},
-        },
-        "/v1/endpoints/health": {"get": {"summary": "Breaker state, percentiles, attempts and 2xx share "
-                                                    "over the last hour, per endpoint",
-                                         "parameters": [_APP_QUERY],
-                                         "responses": _ok({"type": "array", "items": {"type": "object"}})}},
-        "/v1/endpoints/{id}": {
-            "parameters": [_ID, _APP_QUERY],
-            "get": {"summary": "One endpoint", "responses": _ok(_ref("Endpoint"))},
-            "patch": {"summary": "Update settings", "requestBody": _body(_ref("EndpointUpdate")),
-                      "responses": _ok(_ref("Endpoint"))},
-            "delete": {
-                "summary": "Delete (no longer listed, gets nothing more; dead letters and history stay). "
-                           "Refused with 409 while it has pending, failed or in-flight deliveries, unless "
-                           "force (query or body), which first dead-letters them ('endpoint deleted')",
-                "parameters": [{"name": "force", "in": "query", "schema": {"type": "boolean"}}],
-                "requestBody": _body({"type": "object", "properties": {"force": {"type": "boolean"}, "app": _APP},
-                                      "additionalProperties": False}, False),
-                "responses": {
-                    **_ok(_ref("Deleted")),
-                    "409": {"description": "Has queued deliveries", "content": {"application/json": {"schema": _ref("Error")}}},
-                },
-            },
-        },
-        "/v1/endpoints/{id}/disable": {"parameters": [_ID, _APP_QUERY], "post": {
-            "summary": "Stop deliveries (nothing queued is lost)", "responses": _ok(_ref("Endpoint"))}},
-        "/v1/endpoints/{id}/enable": {"parameters": [_ID, _APP_QUERY], "post": {
-            "summary": "Resume deliveries", "responses": _ok(_ref("Endpoint"))}},
-        "/v1/endpoints/{id}/rotate-secret": {"parameters": [_ID, _APP_QUERY], "post": {
-            "summary": "New secret; the old one signs alongside it for grace_s",
-            "requestBody": _body({"type": "object", "properties": {"grace_s": {"type": "number", "minimum": 0}, "app": _APP}}, False),
-            "responses": _ok(_ref("Endpoint"))}},
-        "/v1/endpoints/{id}/test": {"parameters": [_ID, _APP_QUERY], "post": {
-            "summary": "Enqueue one dispatcher.test event to this endpoint only",
-            "requestBody": _body({"type": "object", "properties": {"app": _APP}, "additionalProperties": False}, False),
-            "responses": _ok(_ref("Enqueued"), "202")}},
-        "/v1/endpoints/{id}/activity": {"parameters": [_ID], "get": {
-            "summary": "One endpoint over the last minutes: p50/p95/p99, attempts and failures per "
-                       "bucket (oldest first), its newest breaker transitions and failed attempts",
-            "parameters": [{"name": "minutes", "in": "query", "schema": {"type": "number", "minimum": 1, "maximum": 1440}}],
-            "responses": _ok({"type": "object", "properties": {
-                "bucket_s": _NUM,
-                "latency": {"type": "array", "items": {"type": "object", "properties": {
-                    "ago": _INT, "p50_ms": {"type": "number", "nullable": True},
-                    "p95_ms": {"type": "number", "nullable": True},
-                    "p99_ms": {"type": "number", "nullable": True},
-                    "attempts": _INT, "failures": _INT}}},
-                "transitions": {"type": "array", "items": {"type": "object", "properties": {
-                    "from_state": _STR, "to_state": _STR, "cooldown_seconds": {"type": "number", "nullable": True},
-                    "at": _TS}}},
-                "failures": {"type": "array", "items": {"type": "object", "properties": {
-                    "delivery_id": {"type": "integer", "nullable": True},
-                    "event_id": {"type": "string", "nullable": True},
-                    "event_type": {"type": "string", "nullable": True}, "at": _TS,
-                    "status_code": {"type": "integer", "nullable": True}, "response_ms": _INT,
-                    "error": {"type": "string", "nullable": True}}}},
-            }})}},
-        "/v1/events": {"post": {"summary": "Enqueue an event (fan-out to subscribers)",
-                                "requestBody": _body(_ref("Event")),
-                                "responses": {**_ok(_ref("Enqueued"), "202"),
-                                              "429": {"description": "Over the application's max_events_per_s; nothing "
-                                                                     "queued; try again after Retry-After seconds",
-                                                      "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 1}}},
-                                                      **_REFUSED}}}},
-        "/v1/deliveries": {"get": {
-            "summary": "Deliveries of one event, each with its attempts (?event_id=); without it, "
-                       "the newest deliveries, optionally of one status and one endpoint",
-            "parameters": [
-                {"name": "event_id", "in": "query", "schema": {"type": "string", "minLength": 1}},
-                {"name": "status", "in": "query", "schema": {
-                    "type": "string", "enum": ["pending", "in_flight", "delivered", "failed", "dead_letter"]}},
-                {"name": "endpoint_id", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 2**62}},
-                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
-                _APP_QUERY,
-            ],
-            "responses": _ok({"type": "array", "items": {"type": "object"}})}},
-        "/v1/dead-letters": {"get": {
-            "summary": "Dead letters, newest first",
-            "parameters": [
-                {"name": "endpoint_id", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 2**62}},
-                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
-                _APP_QUERY,
-            ],
-            "responses": _ok({"type": "array", "items": {"type": "object"}})}},
-        "/v1/dead-letters/analyze": {"get": {
-            "summary": "Per endpoint: count, primary error and status, pattern, suggested action",
-            "parameters": [{"name": "hours", "in": "query", "schema": {"type": "number", "exclusiveMinimum": True, "minimum": 0, "maximum": 8760}}],
-            "responses": _ok({"type": "array", "items": {"type": "object"}})}},
-        "/v1/dead-letters/replay": {"post": {
-            "summary": "Move dead letters back to pending with a fresh attempt budget",
-            "requestBody": _body(_ref("Replay")),
-            "responses": _ok({"type": "object", "properties": {"requeued": _INT}})}},
-        "/v1/health": {"get": {"summary": "One-row pipeline summary", "responses": _ok(_ref("Health"))}},
-        "/v1/timeline": {"get": {
-            "summary": "Enqueued, delivered and dead per bucket, oldest first, and the queue depth "
-                       "(pending + retrying + in flight) at the end of each bucket",
-            "parameters": [{"name": "minutes", "in": "query", "schema": {"type": "number", "minimum": 1, "maximum": 1440}}],
-            "responses": _ok({"type": "object"})}},
-        "/v1/alerts": {"get": {"summary": "The three alert conditions", "responses": _ok({"type": "object"})}},
-        "/v1/applications": {
-            "get": {"summary": "Applications with endpoint counts and queue depth (admin)",
-                    "responses": _ok({"type": "array", "items": _ref("Application")})},
-            "post": {"summary": "Create an application (admin; an existing id answers 409)",
-                     "requestBody": _body({"type": "object", "properties": {"id": _APP, "name": _STR},
-                                           "required": ["id"], "additionalProperties": False}),
-                     "responses": {**_ok(_ref("Application"), "201"),
-                                   "409": {"description": "Exists", "content": {"application/json": {"schema": _ref("Error")}}}}},
-        },
-        "/v1/applications/{app}": {"parameters": [_APP_PATH], "patch": {
-            "summary": "Rename an application or set its quotas, enforced on this API (admin); "
-                       "a field left out stays, a quota null is cleared",
-            "requestBody": _body({"type": "object", "properties": {
-                "name": {"type": "string", "minLength": 1, "maxLength": 200}, **_QUOTAS},
-                "additionalProperties": False}),
-            "responses": _ok({"type": "object", "properties": {
-                "id": _STR, "name": _STR, **_QUOTAS}})}},
-        "/v1/applications/{app}/tokens": {"parameters": [_APP_PATH], "post": {
-            "summary": "A new API token of the application, shown only in this answer (admin)",
-            "requestBody": _body({"type": "object", "properties": {"ttl_s": _TTL}, "additionalProperties": False}, False),
-            "responses": _ok({"type": "object", "properties": {
-                "app": _STR, "token": _STR, "expires_at": _TS}}, "201")}},
-        "/v1/applications/{app}/portal-links": {"parameters": [_APP_PATH], "post": {
-            "summary": "A one-time sign-in link to the application's portal (admin); base_url "
-                       "defaults to this server's address as the caller reached it",
-            "requestBody": _body({"type": "object", "properties": {
-                "base_url": {"type": "string", "format": "uri"}, "ttl_s": _TTL},
-                "additionalProperties": False}, False),
-            "responses": _ok({"type": "object", "properties": {
-                "url": _STR, "code": _STR, "expires_at": _TS}}, "201")}},
-        "/portal/login": {"get": {
-            "summary": "Exchange a one-time code for a portal session cookie; 303 to /portal",
-            "security": [],
-            "parameters": [{"name": "code", "in": "query", "required": True, "schema": _STR}],
-            "responses": {"303": {"description": "signed in"}, "401": {"description": "code unknown, used or expired"}}}},
-        "/v1/openapi.json": {"get": {"summary": "This document", "responses": _ok({"type": "object"})}},
-        "/openapi.json": {"get": {"summary": "This document (also at /v1/openapi.json)", "responses": _ok({"type": "object"})}},
+}
+
+# ---------------------------------------------------------------- operations
+# One per row of the route table (admin.ROUTES), which says its method, its
+# path and who may call it: a route the guard leaves open gets "security": [].
+
+HEALTHZ = {"summary": "Process alive", "responses": {"200": {"description": "alive"}}}
+READYZ = {"summary": "Database reachable and migrated",
+          "responses": {"200": {"description": "ready"}, "503": {"description": "not ready"}}}
+METRICS = {"summary": "Prometheus metrics",
+           "responses": {"200": {"description": "text exposition"}, "401": {"description": "token"}}}
+OPENAPI_V1 = {"summary": "This document", "responses": _ok({"type": "object"})}
+OPENAPI_ROOT = {"summary": "This document (also at /v1/openapi.json)", "responses": _ok({"type": "object"})}
+
+# -- endpoints
+_ONE = [_ID, _APP_QUERY]  # every /v1/endpoints/{id} route but activity
+ENDPOINTS_LIST = {"summary": "List endpoints (of one application with ?app=)", "parameters": [_APP_QUERY],
+                  "responses": _ok({"type": "array", "items": _ref("Endpoint")})}
+ENDPOINTS_CREATE = {"summary": "Create an endpoint (the response carries its secret)",
+                    "requestBody": _body(_ref("EndpointCreate")),
+                    "responses": {**_ok(_ref("Endpoint"), "201"),
+                                  "409": {"description": "The application has max_endpoints live endpoints", **_REFUSED}}}
+ENDPOINTS_HEALTH = {"summary": "Breaker state, percentiles, attempts and 2xx share "
+                               "over the last hour, per endpoint",
+                    "parameters": [_APP_QUERY],
+                    "responses": _ok({"type": "array", "items": {"type": "object"}})}
+ENDPOINT_GET = {"summary": "One endpoint", "parameters": _ONE, "responses": _ok(_ref("Endpoint"))}
+ENDPOINT_UPDATE = {"summary": "Update settings", "parameters": _ONE,
+                   "requestBody": _body(_ref("EndpointUpdate")), "responses": _ok(_ref("Endpoint"))}
+ENDPOINT_DELETE = {
+    "summary": "Delete (no longer listed, gets nothing more; dead letters and history stay). "
+               "Refused with 409 while it has pending, failed or in-flight deliveries, unless "
+               "force (query or body), which first dead-letters them ('endpoint deleted')",
+    "parameters": [*_ONE, {"name": "force", "in": "query", "schema": {"type": "boolean"}}],
+    "requestBody": _body({"type": "object", "properties": {"force": {"type": "boolean"}, "app": _APP},
+                          "additionalProperties": False}, False),
+    "responses": {
+        **_ok(_ref("Deleted")),
+        "409": {"description": "Has queued deliveries", "content": {"application/json": {"schema": _ref("Error")}}},
     },
 }
+ENDPOINT_DISABLE = {"summary": "Stop deliveries (nothing queued is lost)", "parameters": _ONE,
+                    "responses": _ok(_ref("Endpoint"))}
+ENDPOINT_ENABLE = {"summary": "Resume deliveries", "parameters": _ONE, "responses": _ok(_ref("Endpoint"))}
+ENDPOINT_ROTATE = {
+    "summary": "New secret; the old one signs alongside it for grace_s", "parameters": _ONE,
+    "requestBody": _body({"type": "object", "properties": {"grace_s": {"type": "number", "minimum": 0}, "app": _APP}}, False),
+    "responses": _ok(_ref("Endpoint"))}
+ENDPOINT_TEST = {
+    "summary": "Enqueue one dispatcher.test event to this endpoint only", "parameters": _ONE,
+    "requestBody": _body({"type": "object", "properties": {"app": _APP}, "additionalProperties": False}, False),
+    "responses": _ok(_ref("Enqueued"), "202")}
+ENDPOINT_ACTIVITY = {
+    "summary": "One endpoint over the last minutes: p50/p95/p99, attempts and failures per "
+               "bucket (oldest first), its newest breaker transitions and failed attempts",
+    "parameters": [_ID, {"name": "minutes", "in": "query", "schema": {"type": "number", "minimum": 1, "maximum": 1440}}],
+    "responses": _ok({"type": "object", "properties": {
+        "bucket_s": _NUM,
+        "latency": {"type": "array", "items": {"type": "object", "properties": {
+            "ago": _INT, "p50_ms": {"type": "number", "nullable": True},
+            "p95_ms": {"type": "number", "nullable": True},
+            "p99_ms": {"type": "number", "nullable": True},
+            "attempts": _INT, "failures": _INT}}},
+        "transitions": {"type": "array", "items": {"type": "object", "properties": {
+            "from_state": _STR, "to_state": _STR, "cooldown_seconds": {"type": "number", "nullable": True},
+            "at": _TS}}},
+        "failures": {"type": "array", "items": {"type": "object", "properties": {
+            "delivery_id": {"type": "integer", "nullable": True},
+            "event_id": {"type": "string", "nullable": True},
+            "event_type": {"type": "string", "nullable": True}, "at": _TS,
+            "status_code": {"type": "integer", "nullable": True}, "response_ms": _INT,
+            "error": {"type": "string", "nullable": True}}}},
+    }})}
+
+# -- events, deliveries, dead letters
+EVENTS_CREATE = {"summary": "Enqueue an event (fan-out to subscribers)",
+                 "requestBody": _body(_ref("Event")),
+                 "responses": {**_ok(_ref("Enqueued"), "202"),
+                               "429": {"description": "Over the application's max_events_per_s; nothing "
+                                                      "queued; try again after Retry-After seconds",
+                                       "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 1}}},
+                                       **_REFUSED}}}
+DELIVERIES = {
+    "summary": "Deliveries of one event, each with its attempts (?event_id=); without it, "
+               "the newest deliveries, optionally of one status and one endpoint",
+    "parameters": [
+        {"name": "event_id", "in": "query", "schema": {"type": "string", "minLength": 1}},
+        {"name": "status", "in": "query", "schema": {
+            "type": "string", "enum": ["pending", "in_flight", "delivered", "failed", "dead_letter"]}},
+        {"name": "endpoint_id", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 2**62}},
+        {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+        _APP_QUERY,
+    ],
+    "responses": _ok({"type": "array", "items": {"type": "object"}})}
+DEAD_LETTERS = {
+    "summary": "Dead letters, newest first",
+    "parameters": [
+        {"name": "endpoint_id", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 2**62}},
+        {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+        _APP_QUERY,
+    ],
+    "responses": _ok({"type": "array", "items": {"type": "object"}})}
+DEAD_LETTERS_ANALYZE = {
+    "summary": "Per endpoint: count, primary error and status, pattern, suggested action",
+    "parameters": [{"name": "hours", "in": "query", "schema": {"type": "number", "exclusiveMinimum": True, "minimum": 0, "maximum": 8760}}],
+    "responses": _ok({"type": "array", "items": {"type": "object"}})}
+DEAD_LETTERS_REPLAY = {
+    "summary": "Move dead letters back to pending with a fresh attempt budget",
+    "requestBody": _body(_ref("Replay")),
+    "responses": _ok({"type": "object", "properties": {"requeued": _INT}})}
+
+# -- summaries
+HEALTH = {"summary": "One-row pipeline summary", "responses": _ok(_ref("Health"))}
+TIMELINE = {
+    "summary": "Enqueued, delivered and dead per bucket, oldest first, and the queue depth "
+               "(pending + retrying + in flight) at the end of each bucket",
+    "parameters": [{"name": "minutes", "in": "query", "schema": {"type": "number", "minimum": 1, "maximum": 1440}}],
+    "responses": _ok({"type": "object"})}
+ALERTS = {"summary": "The three alert conditions", "responses": _ok({"type": "object"})}
+
+# -- applications
+APPLICATIONS_LIST = {"summary": "Applications with endpoint counts and queue depth (admin)",
+                     "responses": _ok({"type": "array", "items": _ref("Application")})}
+APPLICATIONS_CREATE = {
+    "summary": "Create an application (admin; an existing id answers 409)",
+    "requestBody": _body({"type": "object", "properties": {"id": _APP, "name": _STR},
+                          "required": ["id"], "additionalProperties": False}),
+    "responses": {**_ok(_ref("Application"), "201"),
+                  "409": {"description": "Exists", "content": {"application/json": {"schema": _ref("Error")}}}}}
+APPLICATION_UPDATE = {
+    "summary": "Rename an application or set its quotas, enforced on this API (admin); "
+               "a field left out stays, a quota null is cleared",
+    "parameters": [_APP_PATH],
+    "requestBody": _body({"type": "object", "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": 200}, **_QUOTAS},
+        "additionalProperties": False}),
+    "responses": _ok({"type": "object", "properties": {
+        "id": _STR, "name": _STR, **_QUOTAS}})}
+APPLICATION_TOKEN = {
+    "summary": "A new API token of the application, shown only in this answer (admin)",
+    "parameters": [_APP_PATH],
+    "requestBody": _body({"type": "object", "properties": {"ttl_s": _TTL}, "additionalProperties": False}, False),
+    "responses": _ok({"type": "object", "properties": {
+        "app": _STR, "token": _STR, "expires_at": _TS}}, "201")}
+APPLICATION_PORTAL_LINK = {
+    "summary": "A one-time sign-in link to the application's portal (admin); base_url "
+               "defaults to this server's address as the caller reached it",
+    "parameters": [_APP_PATH],
+    "requestBody": _body({"type": "object", "properties": {
+        "base_url": {"type": "string", "format": "uri"}, "ttl_s": _TTL},
+        "additionalProperties": False}, False),
+    "responses": _ok({"type": "object", "properties": {
+        "url": _STR, "code": _STR, "expires_at": _TS}}, "201")}
+
+# -- the portal
+PORTAL_LOGIN = {
+    "summary": "Exchange a one-time code for a portal session cookie; 303 to /portal",
+    "parameters": [{"name": "code", "in": "query", "required": True, "schema": _STR}],
+    "responses": {"303": {"description": "signed in"}, "401": {"description": "code unknown, used or expired"}}}
+
+# fmt: on
+
+
+def document(table: Iterable[Route]) -> dict[str, Any]:
+    """The document, its paths made from the route table's rows that have an operation."""
+    paths: dict[str, dict[str, Any]] = {}
+    for row in table:
+        if row.operation is None:
+            continue
+        item = paths.setdefault(row.canonical, {})
+        method = row.method.lower()
+        if method in item:
+            raise ValueError(f"{row.method} {row.canonical} is in the table twice")
+        operation = dict(row.operation)
+        if row.access is Access.OPEN:
+            operation["security"] = []
+        item[method] = operation
+    return {**_DOCUMENT, "paths": paths}

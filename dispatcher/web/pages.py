@@ -124,11 +124,3 @@ async def static_file(request: web.Request) -> web.Response:
     if content_type is None:
         return json_error(404, "not found")
     return web.Response(body=_static(name), content_type=content_type)
-
-
-def add_routes(router: web.UrlDispatcher) -> None:
-    router.add_get("/", dashboard)
-    router.add_get("/login", login_form)
-    router.add_post("/login", login)
-    router.add_post("/logout", logout)
-    router.add_get("/static/{name}", static_file)

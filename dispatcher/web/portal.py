@@ -112,9 +112,3 @@ async def logout(request: web.Request) -> web.Response:
     redirect = web.HTTPSeeOther(PORTAL_PATH)
     redirect.del_cookie(PORTAL_COOKIE, path="/")
     raise redirect
-
-
-def add_routes(router: web.UrlDispatcher) -> None:
-    router.add_get("/portal/login", login)
-    router.add_get(PORTAL_PATH, page)
-    router.add_post("/portal/logout", logout)

@@ -12,23 +12,25 @@ through `refuse_if_locked_out` and `credential_failed`; the policy is
 throttle's), keyed on the connection's address, never on a header. It
 never touches the database (application credentials are looked up through
 the `Resolver` the server installs) and knows nothing of the routes but
-which ones are open and which an application may use.
+which ones are open and which an application may use, the `AccessRules`
+made from the route table (web.routes). It also serves the application
+(`start_runner`): connections that answer even a request aiohttp cannot
+parse like every other error.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
-from aiohttp.web_request import BaseRequest
 
 from dispatcher import db, log
 from dispatcher.core.encoding import to_json
@@ -42,39 +44,11 @@ from dispatcher.core.errors import (
     Throttled,
 )
 from dispatcher.core.throttle import FailureThrottle, address_key
+from dispatcher.web.routes import Access, Handler, Route
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-# Open: the probes, the sign-in, the dashboard's code and styles (no data),
-# and `/`, which shows the sign-in form itself (401) to a caller without a session.
-# The portal's sign-in and page answer for themselves (a code, a session).
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/login", "/", "/portal", "/portal/login"})
-OPEN_PREFIX = "/static/"
 SESSION_COOKIE = "dispatcher_session"
 PORTAL_COOKIE = "dispatcher_portal"
 TOKEN_PREFIX = "dtk_"
-
-# What an application's credential may call (SPEC: "An application token
-# acts inside its application only, on …"); every other route answers 403.
-APP_ROUTES = frozenset(
-    {
-        ("GET", "/v1/endpoints"),
-        ("POST", "/v1/endpoints"),
-        ("GET", "/v1/endpoints/{id}"),
-        ("PATCH", "/v1/endpoints/{id}"),
-        ("DELETE", "/v1/endpoints/{id}"),
-        ("POST", "/v1/endpoints/{id}/disable"),
-        ("POST", "/v1/endpoints/{id}/enable"),
-        ("POST", "/v1/endpoints/{id}/rotate-secret"),
-        ("POST", "/v1/endpoints/{id}/test"),
-        ("GET", "/v1/endpoints/health"),
-        ("POST", "/v1/events"),
-        ("GET", "/v1/deliveries"),
-        ("GET", "/v1/dead-letters"),
-        ("POST", "/v1/dead-letters/replay"),
-        ("POST", "/portal/logout"),
-    }
-)
 CSRF_HEADER = "X-CSRF-Token"
 SESSION_TTL_S = 12 * 3600.0
 MAX_SESSIONS = 1000
@@ -151,7 +125,46 @@ class Resolver:
     csrf: Callable[[str], str]
 
 
+@dataclass(frozen=True, slots=True)
+class AccessRules:
+    """Which routes the guard leaves open and which an application's
+    credential may call, made from the route table (`of`)."""
+
+    open_paths: frozenset[str]
+    open_prefixes: tuple[str, ...]
+    app_routes: frozenset[tuple[str, str]]
+
+    @classmethod
+    def of(cls, table: Iterable[Route]) -> AccessRules:
+        rows = list(table)
+        opened = [r.path for r in rows if r.access is Access.OPEN]
+        prefixes = sorted({p.partition("{")[0] for p in opened if "{" in p})
+        for prefix in prefixes:
+            # "/static/{name}" opens "/static/…"; a variable any higher up
+            # would open far more than its own route.
+            if prefix.count("/") < 2 or not prefix.endswith("/"):
+                raise ValueError(f"an open route's variable must sit in a folder: {prefix}…")
+        return cls(
+            open_paths=frozenset(p for p in opened if "{" not in p),
+            open_prefixes=tuple(prefixes),
+            app_routes=frozenset(r.key for r in rows if r.access is Access.APP),
+        )
+
+    def is_open(self, path: str) -> bool:
+        """By path, whatever the method: a wrong method on an open path is
+        aiohttp's 405, a path under an open folder that no route has its 404."""
+        return path in self.open_paths or path.startswith(self.open_prefixes)
+
+    def app_may_call(self, request: web.Request) -> bool:
+        resource = request.match_info.route.resource
+        if resource is None:
+            return True  # no such route: aiohttp's own 404 / 405 follows
+        method = "GET" if request.method == "HEAD" else request.method
+        return (method, resource.canonical) in self.app_routes
+
+
 SESSIONS: web.AppKey[Sessions] = web.AppKey("sessions", Sessions)
+RULES: web.AppKey[AccessRules] = web.AppKey("access_rules", AccessRules)
 THROTTLE: web.AppKey[FailureThrottle] = web.AppKey("throttle", FailureThrottle)
 RESOLVER: web.AppKey[Resolver] = web.AppKey("resolver", Resolver)
 CSRF: web.RequestKey[str] = web.RequestKey("csrf", str)
@@ -248,14 +261,6 @@ async def _check_bearer(request: web.Request, offered: str) -> str | None:
     return "missing or wrong bearer token"
 
 
-def app_may_call(request: web.Request) -> bool:
-    resource = request.match_info.route.resource
-    if resource is None:
-        return True  # no such route: aiohttp's own 404 / 405 follows
-    method = "GET" if request.method == "HEAD" else request.method
-    return (method, resource.canonical) in APP_ROUTES
-
-
 def _over_tls(request: web.Request) -> bool:
     """TLS here, or ended by a proxy in front that says so: trusting the
     header can only make the cookie stricter."""
@@ -289,11 +294,12 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
-        if request.path not in OPEN_PATHS and not request.path.startswith(OPEN_PREFIX):
+        rules = request.app[RULES]
+        if not rules.is_open(request.path):
             why = await authenticate(request)
             if why is not None:
                 return json_error(401, why)
-            if APP in request and not app_may_call(request):
+            if APP in request and not rules.app_may_call(request):
                 return json_error(403, "an application's credential cannot use this route")
             csrf = request.get(CSRF)
             if csrf is not None and request.method not in SAFE_METHODS:
@@ -355,22 +361,35 @@ async def add_security_headers(request: web.Request, response: web.StreamRespons
 
 
 def install(
-    app: web.Application, token: str, resolver: Resolver, *, failures_per_min: int = 20
+    app: web.Application,
+    token: str,
+    resolver: Resolver,
+    rules: AccessRules,
+    *,
+    failures_per_min: int = 20,
 ) -> None:
+    app[RULES] = rules
     app[SESSIONS] = Sessions(token)
     app[RESOLVER] = resolver
     app[THROTTLE] = FailureThrottle(failures_per_min)
     app.on_response_prepare.append(add_security_headers)
 
 
-class _Protocol(RequestHandler):
+class _Protocol(web.RequestHandler):
     """aiohttp's connection handler, answering a request it could not even
     parse (bad header bytes, duplicate framing headers) like every other
-    error: JSON, the security headers, one log line and no traceback."""
+    error: JSON, the security headers, one log line and no traceback.
+
+    The one override of aiohttp's behaviour left, because it has no public
+    hook for this answer (aio-libs/aiohttp#3287): no middleware or signal
+    sees such a request, and aiohttp's own answer is text that echoes the
+    bytes it could not parse (credentials included) after logging a
+    traceback. So `handle_error`, which aiohttp calls for it, is replaced,
+    and _Server, the protocol factory, hands out this class."""
 
     def handle_error(
         self,
-        request: BaseRequest,
+        request: web.BaseRequest,
         status: int = 500,
         exc: BaseException | None = None,
         message: str | None = None,
@@ -387,21 +406,45 @@ class _Protocol(RequestHandler):
 
 
 class _Server(web.Server):
-    def __call__(self) -> RequestHandler:
-        return _Protocol(self, loop=self._loop, **self._kwargs)
+    """The application's web.Server (its request handler and factory), as
+    the protocol factory of connections that are _Protocol."""
+
+    def __init__(self, made: web.Server, **kwargs: Any) -> None:
+        super().__init__(made.request_handler, request_factory=made.request_factory, **kwargs)
+        self._protocol_kwargs = kwargs
+
+    def __call__(self) -> web.RequestHandler:
+        return _Protocol(self, loop=asyncio.get_running_loop(), **self._protocol_kwargs)
 
 
-class HardenedRunner(web.AppRunner):
-    """An AppRunner whose connections use _Protocol, and close (rather than
-    drain) a request body the handler did not read: draining one that does
-    not decode would end in aiohttp's logged traceback."""
+class HardenedRunner(web.ServerRunner):
+    """Serves an application that `app_runner` has set up on _Server, and
+    cleans both up. Its connections close (rather than drain) a request
+    body the handler did not read (`lingering_time=0`): draining one that
+    does not decode would end in aiohttp's logged traceback."""
 
-    def __init__(self, app: web.Application, **kwargs: Any) -> None:
-        super().__init__(app, lingering_time=0, **kwargs)
+    def __init__(self, app_runner: web.AppRunner, **kwargs: Any) -> None:
+        made = app_runner.server
+        if made is None:
+            raise RuntimeError("set the AppRunner up first")
+        super().__init__(_Server(made, access_log=None, lingering_time=0), **kwargs)
+        self._app_runner = app_runner
 
-    async def _make_server(self) -> web.Server:
-        server = await super()._make_server()
-        # aiohttp builds the Server itself (with the app's handler and
-        # request factory); only the protocol it hands out changes.
-        server.__class__ = _Server
-        return server
+    async def cleanup(self) -> None:
+        """The connections first, then the application's shutdown and cleanup."""
+        try:
+            await super().cleanup()
+        finally:
+            await self._app_runner.cleanup()
+
+
+async def start_runner(app: web.Application, *, shutdown_timeout: float) -> HardenedRunner:
+    """`app` started (its on_startup run, frozen) and ready for a site.
+
+    Public aiohttp only: an AppRunner starts the application and makes its
+    web.Server, whose handler and request factory _Server takes over."""
+    app_runner = web.AppRunner(app, handle_signals=False)
+    await app_runner.setup()
+    runner = HardenedRunner(app_runner, shutdown_timeout=shutdown_timeout)
+    await runner.setup()
+    return runner

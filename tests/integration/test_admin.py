@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 from aiohttp import web
 
-from dispatcher.web.admin import start_admin
+from dispatcher.web.admin import PercentileRefresh, start_admin
 from tests.helpers import FAST, drain
 from tests.receivers import Receiver, status
 
@@ -21,7 +21,7 @@ TOKEN = "test-token-123"
 async def api(db_url: str) -> AsyncIterator[tuple[str, aiohttp.ClientSession]]:
     # Many wrong tokens from one address: test_credential_limits throttles them.
     settings = replace(FAST, admin_token=TOKEN, auth_failures_per_min=1_000_000)
-    runner: web.AppRunner = await start_admin("127.0.0.1:0", settings, db_url)
+    runner: web.BaseRunner = await start_admin("127.0.0.1:0", settings, db_url)
     host, port = runner.addresses[0][:2]
     async with aiohttp.ClientSession(
         base_url=f"http://{host}:{port}", headers={"Authorization": f"Bearer {TOKEN}"}
@@ -54,6 +54,15 @@ PROTECTED = [
     ("GET", "/v1/timeline"),
     ("PATCH", "/v1/applications/default"),
 ]
+
+
+def test_percentiles_are_refreshed_at_most_once_per_interval() -> None:
+    refresh = PercentileRefresh(every_s=5.0)
+    assert refresh.claim(100.0)  # the first read of a server refreshes
+    assert not refresh.claim(100.0) and not refresh.claim(104.9)
+    assert refresh.claim(105.0)
+    assert not refresh.claim(106.0)  # counted from the last refresh, not the first
+    assert refresh.claim(110.0)
 
 
 async def test_token_guards_everything_but_probes(api: tuple[str, aiohttp.ClientSession]) -> None:

@@ -23,7 +23,7 @@ TOKEN = "test-token-456"
 
 @pytest.fixture
 async def api(db_url: str) -> AsyncIterator[aiohttp.ClientSession]:
-    runner: web.AppRunner = await start_admin(
+    runner: web.BaseRunner = await start_admin(
         "127.0.0.1:0", replace(FAST, admin_token=TOKEN), db_url
     )
     host, port = runner.addresses[0][:2]

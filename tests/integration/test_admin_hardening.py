@@ -7,6 +7,7 @@ import asyncio
 import gzip
 import io
 import json
+import logging
 import re
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -28,7 +29,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 @pytest.fixture
 async def base(db_url: str) -> AsyncIterator[str]:
-    runner: web.AppRunner = await start_admin(
+    runner: web.BaseRunner = await start_admin(
         "127.0.0.1:0", replace(FAST, admin_token=TOKEN, allow_private_targets=False), db_url,
         quiet=True,
     )  # fmt: skip
@@ -127,6 +128,47 @@ async def test_malformed_requests_answer_json_4xx(base: str, conn: asyncpg.Conne
         "https://example.com/a"
     )
     assert await conn.fetchval("SELECT count(*) FROM endpoints") == 1
+
+
+async def test_a_request_aiohttp_cannot_parse_answers_like_every_other_error(
+    base: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No middleware sees these: the connection handler answers them (JSON,
+    the security headers, closed) and logs one line, no traceback, and
+    nothing of the bytes it could not parse."""
+    caplog.set_level(logging.DEBUG)
+    for request in (
+        b"GET /v1/health HTTP/1.1\r\nHost: x\r\nBad\x01: secret-1\r\n\r\n",
+        b"GET /v1/health?secret-2 HTTP/9.9\r\n\r\n",
+        b"POST /v1/events HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+    ):
+        # _raw reads until the server closes the connection (an HTTP/1.0 answer).
+        status, head, body = await _raw(base, request)
+        assert status == 400, head
+        assert json.loads(body) == {"error": "malformed request"}
+        lines = head.decode("latin-1").lower().split("\r\n")
+        assert "content-type: application/json" in lines
+        for name, value in SECURITY_HEADERS.items():
+            assert f"{name}: {value}".lower() in lines, name
+    logged = [r for r in caplog.records if r.name.startswith(("aiohttp", "dispatcher"))]
+    assert not [r for r in logged if r.exc_info], "a traceback was logged"
+    assert [r.getMessage() for r in logged if r.name.startswith("aiohttp")] == []
+    assert "secret-" not in "\n".join(r.getMessage() for r in logged)
+
+
+async def test_a_body_left_unread_closes_the_connection_without_a_traceback(
+    base: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Refused before its body is read (401), a body that does not decode is
+    not drained: the answer says the connection closes, and it does."""
+    caplog.set_level(logging.DEBUG)
+    garbage = b"{not gzip" * 1000
+    lines = ["POST /v1/events HTTP/1.1", "Host: x", "Content-Encoding: gzip",
+             f"Content-Length: {len(garbage)}"]  # fmt: skip
+    status, head, body = await _raw(base, "\r\n".join(lines).encode() + b"\r\n\r\n" + garbage)
+    assert status == 401 and b'"error"' in body
+    assert "connection: close" in head.decode().lower().split("\r\n")
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
 
 
 async def test_non_ascii_bearer_token_is_a_401(base: str) -> None:

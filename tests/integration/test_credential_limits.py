@@ -51,7 +51,7 @@ class Server:
 @asynccontextmanager
 async def _server(db_url: str, **overrides: Any) -> AsyncIterator[Server]:
     settings = replace(FAST, admin_token=TOKEN, **overrides)
-    runner: web.AppRunner = await start_admin("127.0.0.1:0", settings, db_url, quiet=True)
+    runner: web.BaseRunner = await start_admin("127.0.0.1:0", settings, db_url, quiet=True)
     host, port = runner.addresses[0][:2]
     base = f"http://{host}:{port}"
     try:

@@ -2,11 +2,14 @@
 every kind of caller, on a live server (SPEC: "Applications (tenants) and
 the customer portal").
 
-The matrix is data: one row per route, one column per caller, each cell
-the status it must answer (None: the cell has no meaning, said why beside
-it). Every cell also checks what did not happen: no answer to an
-application's credential mentions the other application, the other
-application's rows are untouched, and a refused call changed nothing.
+The matrix is data: one row per route (or more: the same route asked
+differently), one column per caller, each cell the status it must answer
+(None: the cell has no meaning, said why in UNMEANING). With the open
+routes (OPEN) its rows cover exactly the server's route table
+(admin.ROUTES): a route added there fails here until it has a row. Every
+cell also checks what did not happen: no answer to an application's
+credential mentions the other application, the other application's rows
+are untouched, and a refused call changed nothing.
 Below the matrix, what the lists, counts, replays, test events, event ids,
 stored credentials and the server's log do with two applications side by side.
 """
@@ -27,12 +30,14 @@ import orjson
 import pytest
 import pytest_asyncio
 from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
 
 from dispatcher.core.models import EndpointSpec
 from dispatcher.db import catalog
 from dispatcher.db.embedded import with_database
 from dispatcher.ops import tenancy
-from dispatcher.web.admin import start_admin
+from dispatcher.web.admin import ROUTES, start_admin
+from dispatcher.web.routes import Access, Route, add_routes
 from dispatcher.web.security import CSRF_HEADER, PORTAL_COOKIE
 from tests.conftest import _admin
 from tests.helpers import FAST
@@ -91,9 +96,29 @@ MATRIX: dict[str, tuple[int | None, ...]] = {
     "GET /":                                      (X,   X,    X,    200,  401, 401, X,    X),
     "GET /openapi.json":                          (X,   X,    X,    200,  401, 401, X,    X),
     "GET /v1/openapi.json":                       (X,   X,    X,    200,  401, 401, X,    X),
+    "POST /logout":                               (X,   X,    X,    303,  401, 401, X,    X),
+    # signs out the portal session it carries, if any
+    "POST /portal/logout":                        (303, 303,  303,  303,  401, 401, 403,  None),
 }
-# POST /v1/endpoints, other: creating names no existing object.
 # A list's "other" cell is acme's list while globex has rows: 200, without them.
+UNMEANING = {
+    ("POST /v1/endpoints", "other"): "creating names no existing object",
+    ("POST /portal/logout", "csrf"): "would end the session the later cells use "
+                                     "(test_signing_out_of_the_portal_ends_the_session)",
+}
+
+# The routes the guard leaves open, and what a caller without a credential
+# gets; one with a wrong bearer token gets the same status.
+OPEN: dict[str, int] = {
+    "GET /healthz":                200,
+    "GET /readyz":                 200,
+    "GET /":                       401,  # the sign-in form: the dashboard asks for itself
+    "GET /login":                  200,
+    "POST /login":                 401,  # a form without a token: the sign-in form again
+    "GET /static/dashboard.js":    200,
+    "GET /portal/login":           401,  # no code
+    "GET /portal":                 401,  # no portal session
+}
 
 # Bodies of the rows that send one; "{name}" alone is replaced by the object
 # itself (an int id), inside a longer string by its text.
@@ -119,9 +144,43 @@ def test_the_matrix_is_complete() -> None:
     for key, row in MATRIX.items():
         method = key.split()[0]
         if method in ("POST", "PATCH") and key not in BODIES:
-            assert key.endswith(("/disable", "/enable")), key
+            assert key.endswith(("/disable", "/enable", "/logout")), key
         for column, expected in zip(COLUMNS, row, strict=True):
-            assert expected is not None or (key, column) == ("POST /v1/endpoints", "other")
+            assert (expected is None) == ((key, column) in UNMEANING), (key, column)
+
+
+async def route_of(key: str) -> Route:
+    """The route of the table a row asks, as the server's router finds it."""
+    app = web.Application()
+    add_routes(app.router, ROUTES)
+    method, path = key.split()[:2]
+    path = fill(path, {"ep": 1, "dead": 1, "event": "evt", "app": ACME})
+    match = await app.router.resolve(make_mocked_request(method, path))
+    assert match.http_exception is None, f"{key}: no route of the table"
+    resource = match.route.resource
+    assert resource is not None
+    [route] = [r for r in ROUTES if r.key == (match.route.method, resource.canonical)]
+    return route
+
+
+async def test_the_rows_cover_exactly_the_route_table() -> None:
+    asked = {key: await route_of(key) for key in [*MATRIX, *OPEN]}
+    assert {r.key for r in asked.values()} == {r.key for r in ROUTES}
+    for key, route in asked.items():
+        if key in OPEN:
+            assert route.access is Access.OPEN, key
+            continue
+        row = dict(zip(COLUMNS, MATRIX[key], strict=True))
+        if route.access is Access.ADMIN:
+            # An application's credential, whichever way it comes, is refused.
+            assert {row[c] for c in ("own", "other", "names", "cookie", "csrf")} == {X}, key
+        elif route.access is Access.APP:
+            assert row["own"] is not None and row["own"] < 400, key
+            assert row["csrf"] is None or row["csrf"] < 400, key
+    # Every route that asks for a credential has its row in the matrix.
+    assert {r.key for r in ROUTES if r.access is not Access.OPEN} <= {
+        asked[key].key for key in MATRIX
+    }
 
 
 # ---------------------------------------------------------------- the world
@@ -186,7 +245,7 @@ async def world(server_url: str, template_db: str) -> AsyncIterator[World]:
     # Cells offer expired and revoked credentials by the hundred from one
     # address: throttling them is test_credential_limits' subject, not this one's.
     settings = replace(FAST, admin_token=ADMIN, auth_failures_per_min=1_000_000)
-    runner: web.AppRunner = await start_admin("127.0.0.1:0", settings, url, quiet=True)
+    runner: web.BaseRunner = await start_admin("127.0.0.1:0", settings, url, quiet=True)
     host, port = runner.addresses[0][:2]
     jar = aiohttp.DummyCookieJar()  # every cookie is sent by hand
     try:
@@ -348,6 +407,14 @@ async def test_matrix(
         # Naming an application that does not exist answers the same: no probing.
         _, path2, body2 = request_of(key, column, subs, named="no-such-app")
         assert await world.call(method, path2, body2, world.headers(column)) == (status, text)
+
+
+@MODULE_LOOP
+@pytest.mark.parametrize(("key", "expected"), OPEN.items(), ids=list(OPEN))
+async def test_an_open_route_asks_no_credential(world: World, key: str, expected: int) -> None:
+    method, path = key.split()
+    for headers in ({}, {"Authorization": "Bearer dtk_wrong"}):
+        assert (await world.call(method, path, headers=headers))[0] == expected, headers
 
 
 # ---------------------------------------------------------------- what the matrix does not show
