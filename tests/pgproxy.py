@@ -1,19 +1,43 @@
 """A TCP proxy in front of PostgreSQL that a test can cut: every connection
 through it dropped at once, and new ones refused while it is "down" — what a
-database restart or failover looks like from the worker's side."""
+database restart or failover looks like from the worker's side.
+
+It forwards to the server the URL names and to no other: a host (TCP), or a
+socket folder (`?host=/path`, or a host starting with `/`: the embedded
+server's URLs). A URL that names neither is refused rather than guessed."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+
+def _upstream(url: str) -> tuple[str, int] | str:
+    """(host, port) for TCP, or the Unix socket's path, as libpq reads the URL."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    netloc_host = unquote(parts.netloc.rpartition("@")[2])  # as written: not lower-cased
+    if netloc_host.startswith("/"):  # a percent-encoded socket folder
+        netloc_host = netloc_host.rpartition(":")[0] if ":" in netloc_host else netloc_host
+    else:
+        netloc_host = parts.hostname or ""
+    host = query.get("host") or netloc_host
+    port = int(query.get("port") or parts.port or 5432)
+    if not host:
+        raise ValueError(f"PgProxy: {url!r} names no server (no host, no socket folder)")
+    if host.startswith("/"):
+        return f"{host.rstrip('/')}/.s.PGSQL.{port}"
+    return host, port
 
 
 class PgProxy:
     def __init__(self, url: str) -> None:
         parts = urlsplit(url)
-        self._url = parts
-        self._target = (parts.hostname or "127.0.0.1", parts.port or 5432)
+        # The URL through the proxy keeps every parameter but where to connect.
+        query = [(k, v) for k, v in parse_qsl(parts.query) if k not in ("host", "port")]
+        self._url = parts._replace(query=urlencode(query))
+        self._target = _upstream(url)
         self._server: asyncio.Server | None = None
         self._links: set[asyncio.StreamWriter] = set()
         self._pipes: set[asyncio.Task[None]] = set()
@@ -39,7 +63,10 @@ class PgProxy:
             writer.transport.abort()
             return
         try:
-            up_reader, up_writer = await asyncio.open_connection(*self._target)
+            if isinstance(self._target, str):
+                up_reader, up_writer = await asyncio.open_unix_connection(self._target)
+            else:
+                up_reader, up_writer = await asyncio.open_connection(*self._target)
         except OSError:
             writer.transport.abort()
             return

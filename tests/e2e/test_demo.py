@@ -72,15 +72,18 @@ async def test_demo_keep_stays_up_and_its_suggestions_run_as_printed(server_url:
             async with s.get(dashboard.group(1) + "v1/endpoints") as r:
                 assert r.status == 200
                 assert [e["name"] for e in await r.json()] == ["acme-orders"]
-        url = re.search(r"export DATABASE_URL=(\S+)", text)
-        assert url
+        # The line is for a shell: read it as one does (the URL may be quoted).
+        export = re.search(r"export DATABASE_URL=.*", text)
+        assert export
+        (assignment,) = shlex.split(export.group(0))[1:]
+        demo_url = assignment.removeprefix("DATABASE_URL=")
         commands = re.findall(r"`([^`]+ dlq replay [^`]+)`", text)
         assert commands, text
         for command in commands:
             argv = shlex.split(command)
             assert "ID" not in argv and "FIRST" not in argv
             run = await asyncio.create_subprocess_exec(
-                *argv, "--json", env={**cli_env(server_url), "DATABASE_URL": url.group(1)},
+                *argv, "--json", env={**cli_env(server_url), "DATABASE_URL": demo_url},
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip
             out, err = await asyncio.wait_for(run.communicate(), 60)
