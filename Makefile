@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 export DISPATCHER_HOME ?= $(CURDIR)/.dispatcher
 
-.PHONY: install run demo test lint format bench soak clean
+.PHONY: install run demo test test-fast lint format bench soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +34,18 @@ format: install
 	$(BIN)/ruff check --fix dispatcher tests benchmarks
 	$(BIN)/ruff format dispatcher tests benchmarks
 
+# Two lanes. test-fast: tests/unit (pure and unit tests: no database, no
+# network beyond 127.0.0.1), in seconds. test: lint, then every test, as CI
+# runs it, on TEST_WORKERS parallel workers (pytest-xdist; 0 runs them in
+# one process) against DATABASE_URL's server when set, else one embedded
+# PostgreSQL in a temporary folder that is removed afterwards.
+TEST_WORKERS ?= 6
+
+test-fast: install
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit $(PYTEST_ARGS)
+
 test: lint
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # docs/operations/configuration.md from settings.ENVIRONMENT (a unit test
 # fails when the page is stale).
