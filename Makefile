@@ -38,14 +38,16 @@ format: install
 # network beyond 127.0.0.1), in seconds. test: lint, then every test, as CI
 # runs it, on TEST_WORKERS parallel workers (pytest-xdist; 0 runs them in
 # one process) against DATABASE_URL's server when set, else one embedded
-# PostgreSQL in a temporary folder that is removed afterwards.
+# PostgreSQL in a temporary folder that is removed afterwards. Tests marked
+# `serial` (latency asserted under load of their own) run after, alone.
 TEST_WORKERS ?= 6
 
 test-fast: install
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit $(PYTEST_ARGS)
 
 test: lint
-	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -m "not serial" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -m serial $(PYTEST_ARGS)
 
 # docs/operations/configuration.md from settings.ENVIRONMENT (a unit test
 # fails when the page is stale).

@@ -292,6 +292,7 @@ async def flood(a: Tenant, conn: asyncpg.Connection) -> None:
 # ---------------------------------------------------------------- the test
 
 
+@pytest.mark.serial  # B's lag must measure A's harm, not other tests' CPU
 async def test_one_application_cannot_stop_slow_or_read_into_another(
     db_url: str, conn: asyncpg.Connection, worker: Worker, garbage: GarbageServer
 ) -> None:
