@@ -191,7 +191,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "failure_threshold": (1, 10_000),
     "cooldown_s": (1, 86_400),
 }
-_INTEGRAL = frozenset(RANGES) - {"rate_per_s", "cooldown_s"}
+# The numeric settings that are whole numbers; the others are floats.
+INTEGRAL = frozenset(RANGES) - {"rate_per_s", "cooldown_s"}
 
 
 def out_of_range(settings: EndpointSettings) -> str | None:
@@ -203,7 +204,7 @@ def out_of_range(settings: EndpointSettings) -> str | None:
         if value is None and name in ("rate_per_s", "burst"):
             continue
         ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if ok and name in _INTEGRAL:
+        if ok and name in INTEGRAL:
             ok = isinstance(value, int)
         if not ok or not low <= value <= high:
             return f"{name} must be between {fmt_number(low)} and {fmt_number(high)}"

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from dispatcher.core.errors import BadInput
-from dispatcher.core.models import RANGES, EndpointSpec, fmt_number
+from dispatcher.core.models import INTEGRAL, RANGES, EndpointSpec, fmt_number
 from dispatcher.core.shaping import compile_success_body, url_sample
 from dispatcher.core.signing import validate_secret
 from dispatcher.core.ssrf import validate_url
@@ -221,9 +221,6 @@ def check_number(value: Any, name: str, low: float, high: float) -> float:
 
 # ---------------------------------------------------------------- endpoints
 
-_INT_FIELDS = {"burst", "max_in_flight", "timeout_ms", "max_attempts", "retry_base_ms",
-               "retry_cap_ms", "failure_threshold"}  # fmt: skip
-_FLOAT_FIELDS = {"rate_per_s", "cooldown_s"}
 SPEC_FIELDS = frozenset(f.name for f in fields(EndpointSpec))
 
 
@@ -266,10 +263,10 @@ def _typed(name: str, value: Any) -> Any:
     if name in ("client_cert", "client_key") and isinstance(value, str):
         if value.startswith("enc:v1:"):
             raise BadInput(f"{name} must be PEM text, not a stored value")
-    if name in _INT_FIELDS:
+    if name in INTEGRAL:
         if isinstance(value, bool) or not isinstance(value, int):
             raise BadInput(f"{name} must be an integer {_range(name)}")
-    elif name in _FLOAT_FIELDS:
+    elif name in RANGES:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise BadInput(f"{name} must be a number {_range(name)}")
         if isinstance(value, int) and abs(value) > 2**53:
