@@ -19,6 +19,20 @@ from yarl import URL
 
 from dispatcher.core.errors import BadInput, TargetRefused
 
+# The kinds of refusal. Every refusal's message holds one of these phrases,
+# written with them here, so whoever stores a refusal can say which kind it
+# was without the host or the address (refusal_kind).
+NON_PUBLIC = "non-public address"
+NOT_CANONICAL = "not a canonical IPv4 address"
+UNPARSEABLE = "unparseable address"
+UNRESOLVED = "did not resolve"
+
+
+def refusal_kind(message: str) -> str:
+    """The kind of a refusal's message (NON_PUBLIC if it names none)."""
+    return next((k for k in (NOT_CANONICAL, UNPARSEABLE, UNRESOLVED) if k in message), NON_PUBLIC)
+
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
@@ -63,7 +77,7 @@ def check_address(
     try:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
-        raise TargetRefused(f"{host}: unparseable address") from None
+        raise TargetRefused(f"{host}: {UNPARSEABLE}") from None
     if address_allowed(ip):
         return
     # The allow-list of a private deployment: exactly these networks, in the
@@ -72,7 +86,7 @@ def check_address(
         network = ipaddress.ip_network(net)
         if ip.version == network.version and ip in network:
             return
-    raise TargetRefused(f"{host} resolves to a non-public address ({ip})")
+    raise TargetRefused(f"{host} resolves to a {NON_PUBLIC} ({ip})")
 
 
 def parse_target(url: str) -> URL:
@@ -167,9 +181,9 @@ def target_refusal(
             allowed_networks=allowed_networks,
         )
     except TargetRefused as exc:
-        return f"{exc}" if legacy is None else f"{host} is {legacy}, a non-public address"
+        return f"{exc}" if legacy is None else f"{host} is {legacy}, a {NON_PUBLIC}"
     if legacy is not None:
-        return f"{host} is not a canonical IPv4 address (write it as {legacy})"
+        return f"{host} is {NOT_CANONICAL} (write it as {legacy})"
     return None
 
 

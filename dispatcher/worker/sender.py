@@ -40,7 +40,13 @@ from dispatcher.core.shaping import (
     parse_template,
 )
 from dispatcher.core.signing import Signer
-from dispatcher.core.ssrf import check_address, target_refusal
+from dispatcher.core.ssrf import (
+    NON_PUBLIC,
+    UNRESOLVED,
+    check_address,
+    refusal_kind,
+    target_refusal,
+)
 from dispatcher.version import __version__
 from dispatcher.worker.deadlines import Deadlines
 
@@ -94,7 +100,7 @@ class GuardedResolver(AbstractResolver):
                 continue
             kept.append(a)
         if not kept:
-            raise refused or TargetRefused(f"{host} did not resolve")
+            raise refused or TargetRefused(f"{host} {UNRESOLVED}")
         return kept
 
     async def close(self) -> None:
@@ -149,17 +155,18 @@ def attempt_error(exc: BaseException) -> str:
     return f"request failed ({type(exc).__name__})"
 
 
+# How each kind of refusal is stored: the kind, and for a private address
+# the setting that allows it; never the host or the address.
+_REFUSED = {
+    NON_PUBLIC: f"{NON_PUBLIC} (DISPATCHER_ALLOW_PRIVATE_TARGETS)",
+    UNRESOLVED: "name did not resolve",
+}
+
+
 def refused_target(reason: str) -> str:
     """The SSRF guard's refusal, as stored: which kind, not which host."""
-    if "canonical" in reason:
-        kind = "not a canonical IPv4 address"
-    elif "did not resolve" in reason:
-        kind = "name did not resolve"
-    elif "unparseable" in reason:
-        kind = "unparseable address"
-    else:
-        kind = "non-public address (DISPATCHER_ALLOW_PRIVATE_TARGETS)"
-    return f"refused target: {kind}"
+    kind = refusal_kind(reason)
+    return f"refused target: {_REFUSED.get(kind, kind)}"
 
 
 CONTENT_TYPES = {"json": "application/json", "form": "application/x-www-form-urlencoded"}
