@@ -1,5 +1,6 @@
 """Data access for everything but the worker's hot path: endpoints, events,
-dead letters and the reports' reads.
+dead letters and the reports' reads (applications and credentials:
+db.applications).
 
 Binds named queries (queries.sql) to connections and hands back typed rows
 (rows.py). It validates nothing a user typed (the service layer does) and
@@ -15,7 +16,7 @@ from typing import Any, TypeVar
 import asyncpg
 import orjson
 
-from dispatcher.core.errors import BadInput, Conflict, UnknownApplication, UnknownEndpoint
+from dispatcher.core.errors import BadInput, Conflict, UnknownEndpoint
 from dispatcher.core.models import EndpointSpec
 from dispatcher.core.rows import (
     AlertInputs,
@@ -33,7 +34,7 @@ from dispatcher.core.rows import (
     TimelinePoint,
 )
 from dispatcher.core.secretbox import PREFIX, SecretBox, seal
-from dispatcher.db import Conn, Q, latency, one_line
+from dispatcher.db import Conn, Q, applications, latency, one_line
 from dispatcher.db.columns import Headers, seal_headers, settings_from_row
 
 R = TypeVar("R")
@@ -271,7 +272,7 @@ async def enqueue_bulk(conn: Conn, events: Iterable[StagedEvent]) -> int:
     wanted = sorted({e[3] for e in staged if e[3] is not None})
     apps = sorted({e[4] for e in staged if e[4] is not None})
     async with conn.transaction():
-        await require_applications(conn, apps)
+        await applications.require_applications(conn, apps)
         if wanted:
             owner = {
                 r["id"]: r["application_id"] for r in await conn.fetch(Q["endpoint_ids"], wanted)
@@ -407,98 +408,3 @@ async def endpoint_recent_failures(
 ) -> list[FailedAttempt]:
     rows = await conn.fetch(Q["endpoint_recent_failures"], endpoint_id, span_s, limit)
     return _typed(FailedAttempt, rows)
-
-
-# ---------------------------------------------------------------- applications and credentials
-# Credentials arrive here as digests (tenancy.digest): the plaintext never
-# reaches the database.
-
-
-async def add_application(conn: Conn, app: str, name: str) -> dict[str, Any]:
-    row = await conn.fetchrow(Q["insert_application"], app, name)
-    if row is None:
-        raise Conflict(f"application {app} already exists")
-    return dict(row)
-
-
-async def require_applications(conn: Conn, apps: Sequence[str]) -> None:
-    if apps:
-        known = {r["id"] for r in await conn.fetch(Q["application_ids"], list(apps))}
-        unknown = [a for a in apps if a not in known]
-        if unknown:
-            raise UnknownApplication(f"no application {unknown[0]}")
-
-
-async def list_applications(conn: Conn, app: str | None = None) -> list[dict[str, Any]]:
-    return [dict(r) for r in await conn.fetch(Q["list_applications"], app)]
-
-
-async def update_application(
-    conn: Conn, app: str, name: str | None, quotas: dict[str, int | float | None]
-) -> dict[str, Any]:
-    """`quotas`: the ones that change (None clears one)."""
-    row = await conn.fetchrow(
-        Q["update_application"], app, name,
-        "max_endpoints" in quotas, quotas.get("max_endpoints"),
-        "max_events_per_s" in quotas, quotas.get("max_events_per_s"),
-    )  # fmt: skip
-    if row is None:
-        raise UnknownApplication(f"no application {app}")
-    return dict(row)
-
-
-async def take_event_tokens(
-    conn: Conn, app: str | None, n: int, endpoint_id: int | None = None
-) -> float | None:
-    """None when `n` events may be enqueued now (taken from the quota of the
-    application `enqueue` would queue them in, if it has one); else the
-    seconds until they may."""
-    row = await conn.fetchrow(Q["take_event_tokens"], app, float(n), endpoint_id)
-    return None if row is None or row["granted"] else max(0.0, float(row["wait_s"]))
-
-
-async def add_token(conn: Conn, app: str, digest: bytes, ttl_s: float | None) -> datetime | None:
-    row = await conn.fetchrow(Q["insert_token"], app, digest, ttl_s)
-    if row is None:
-        raise UnknownApplication(f"no application {app}")
-    expires: datetime | None = row["expires_at"]
-    return expires
-
-
-async def token_application(conn: Conn, digest: bytes) -> tuple[str, bytes, bool] | None:
-    """(application, stored digest, live) of a token, or None if unknown."""
-    row = await conn.fetchrow(Q["token_application"], digest)
-    return None if row is None else (row["application_id"], bytes(row["token_hash"]), row["live"])
-
-
-async def revoke_token(conn: Conn, digest: bytes) -> str | None:
-    return await conn.fetchval(Q["revoke_token"], digest)  # type: ignore[no-any-return]
-
-
-async def add_portal_code(conn: Conn, app: str, digest: bytes, ttl_s: float) -> datetime:
-    expires = await conn.fetchval(Q["insert_portal_code"], digest, app, ttl_s)
-    if expires is None:
-        raise UnknownApplication(f"no application {app}")
-    return expires  # type: ignore[no-any-return]
-
-
-async def use_portal_code(conn: Conn, digest: bytes) -> tuple[str, bytes] | None:
-    row = await conn.fetchrow(Q["use_portal_code"], digest)
-    return None if row is None else (row["application_id"], bytes(row["code_hash"]))
-
-
-async def add_portal_session(conn: Conn, app: str, digest: bytes, ttl_s: float) -> None:
-    await conn.execute(Q["insert_portal_session"], digest, app, ttl_s)
-
-
-async def portal_session_application(conn: Conn, digest: bytes) -> tuple[str, bytes] | None:
-    row = await conn.fetchrow(Q["portal_session_application"], digest)
-    return None if row is None else (row["application_id"], bytes(row["session_hash"]))
-
-
-async def end_portal_session(conn: Conn, digest: bytes) -> None:
-    await conn.execute(Q["delete_portal_session"], digest)
-
-
-async def prune_portal(conn: Conn) -> None:
-    await conn.execute(Q["prune_portal"])

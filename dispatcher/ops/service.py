@@ -31,7 +31,7 @@ from dispatcher.core.signing import (
     public_key,
 )
 from dispatcher.core.ssrf import TargetPolicy, check_resolved, check_target, parse_target
-from dispatcher.db import Conn, catalog, columns
+from dispatcher.db import Conn, applications, catalog, columns
 from dispatcher.ops.inputs import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     check_event_type,
@@ -238,7 +238,7 @@ async def rotate_secret(
 async def list_endpoints(conn: Conn, app: str | None = None) -> list[dict[str, Any]]:
     """Every live endpoint, or `app`'s (an unknown application: NotFound)."""
     if app is not None:
-        await catalog.require_applications(conn, [check_app(app)])
+        await applications.require_applications(conn, [check_app(app)])
     return [endpoint_public(r) for r in await catalog.list_endpoints(conn, app)]
 
 
@@ -314,7 +314,7 @@ async def take_event_quota(
     `enqueue` resolves it), or raises Throttled and takes nothing. Tokens
     taken stay taken if the enqueue then fails: a refused call costs its
     share like any other."""
-    wait_s = await catalog.take_event_tokens(conn, app, n, endpoint_id)
+    wait_s = await applications.take_event_tokens(conn, app, n, endpoint_id)
     if wait_s is not None:
         retry = max(1, math.ceil(wait_s))
         raise Throttled(

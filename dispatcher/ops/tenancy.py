@@ -7,7 +7,7 @@ nothing for a random string that long. A lookup finds the row by its digest
 (an index probe) and the digests are then compared with
 `hmac.compare_digest`, so no answer's timing depends on how much of a guess
 was right. The CLI, the admin API and web.security's checks call these;
-SQL stays in the catalog.
+SQL stays in db.applications.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from dispatcher.core.errors import BadInput, NotFound
-from dispatcher.db import Conn, catalog
+from dispatcher.db import Conn, applications, catalog
 from dispatcher.ops.inputs import check_number
 
 TOKEN_PREFIX = "dtk_"
@@ -63,7 +63,7 @@ def _name(value: Any) -> str:
 async def add_application(conn: Conn, app: Any, name: Any = None) -> dict[str, Any]:
     """`name` defaults to the id. An existing id: Conflict."""
     app = check_app(app, "application id")
-    row = await catalog.add_application(conn, app, _name(app if name is None else name))
+    row = await applications.add_application(conn, app, _name(app if name is None else name))
     return {"id": row["id"], "name": row["name"]}
 
 
@@ -100,12 +100,12 @@ async def update_application(conn: Conn, app: Any, patch: Mapping[str, Any]) -> 
         raise BadInput(f"unknown field: {unknown[0]}")
     name = _name(patch["name"]) if "name" in patch else None
     quotas = {k: check_quota(k, v) for k, v in patch.items() if k != "name"}
-    return await catalog.update_application(conn, app, name, quotas)
+    return await applications.update_application(conn, app, name, quotas)
 
 
 async def list_applications(conn: Conn, app: str | None = None) -> list[dict[str, Any]]:
     """Each application with its live endpoints and queued deliveries."""
-    return await catalog.list_applications(conn, app)
+    return await applications.list_applications(conn, app)
 
 
 # ---------------------------------------------------------------- API tokens
@@ -117,14 +117,14 @@ async def issue_token(conn: Conn, app: Any, ttl_s: Any = None) -> dict[str, Any]
     app = check_app(app)
     ttl = None if ttl_s is None else _ttl(ttl_s)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    expires = await catalog.add_token(conn, app, digest(token), ttl)
+    expires = await applications.add_token(conn, app, digest(token), ttl)
     return {"app": app, "token": token, "expires_at": expires}
 
 
 async def revoke_token(conn: Conn, token: Any) -> dict[str, Any]:
     if not isinstance(token, str) or not token.startswith(TOKEN_PREFIX):
         raise BadInput(f"a token starts with {TOKEN_PREFIX}")
-    app = await catalog.revoke_token(conn, digest(token))
+    app = await applications.revoke_token(conn, digest(token))
     if app is None:
         raise NotFound("no such token")
     return {"app": app, "revoked": True}
@@ -145,7 +145,7 @@ async def _looked_up(
 
 async def token_application(conn: Conn, token: str) -> tuple[str, bool] | None:
     """(application, live) of an offered token; None when unknown."""
-    found = await _looked_up(catalog.token_application, conn, token)
+    found = await _looked_up(applications.token_application, conn, token)
     return None if found is None else (found[0], found[2])
 
 
@@ -169,32 +169,32 @@ async def portal_link(conn: Conn, app: Any, base_url: Any, ttl_s: Any = None) ->
     base = _base_url(base_url)
     ttl = DEFAULT_PORTAL_TTL_S if ttl_s is None else _ttl(ttl_s)
     code = secrets.token_urlsafe(32)
-    expires = await catalog.add_portal_code(conn, app, digest(code), ttl)
+    expires = await applications.add_portal_code(conn, app, digest(code), ttl)
     return {"url": f"{base}/portal/login?code={code}", "code": code, "expires_at": expires}
 
 
 async def redeem_code(conn: Conn, code: str) -> str | None:
     """The code's application, marking the code used; None if it is unknown,
     used or expired."""
-    found = await _looked_up(catalog.use_portal_code, conn, code)
+    found = await _looked_up(applications.use_portal_code, conn, code)
     return None if found is None else found[0]
 
 
 async def open_session(conn: Conn, app: str) -> str:
     """A new portal session id (the cookie's value)."""
     sid = secrets.token_urlsafe(32)
-    await catalog.add_portal_session(conn, app, digest(sid), PORTAL_SESSION_TTL_S)
-    await catalog.prune_portal(conn)
+    await applications.add_portal_session(conn, app, digest(sid), PORTAL_SESSION_TTL_S)
+    await applications.prune_portal(conn)
     return sid
 
 
 async def session_application(conn: Conn, sid: str) -> str | None:
-    found = await _looked_up(catalog.portal_session_application, conn, sid)
+    found = await _looked_up(applications.portal_session_application, conn, sid)
     return None if found is None else found[0]
 
 
 async def close_session(conn: Conn, sid: str) -> None:
-    await catalog.end_portal_session(conn, digest(sid))
+    await applications.end_portal_session(conn, digest(sid))
 
 
 def csrf_for(sid: str) -> str:
