@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from dispatcher.core.breaker import Breaker, BreakerState
 from dispatcher.core.models import AttemptResult, Endpoint, Verdict
+from dispatcher.core.sendorder import SendOrder
 from dispatcher.db.store import EndpointState
-from dispatcher.worker.gate import Gate, Gates, SendOrder
+from dispatcher.worker.gate import Gate, Gates
 from dispatcher.worker.sender import EndpointWire
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

@@ -1,0 +1,61 @@
+"""The order attempts were sent in, for the breaker: a pure policy (the
+clock is passed in)."""
+
+from __future__ import annotations
+
+import heapq
+
+
+class SendOrder:
+    """Puts attempt results back in the order the attempts were sent.
+
+    Requests finish out of order: a reset comes back at once while the
+    successes sent around it are still on the wire; a request that hangs
+    times out long after the successes sent with it. Counted in completion
+    order, either would turn scattered failures into a run and open the
+    breaker; so a result is released only once every attempt sent before it
+    has ended. Every attempt ends by its timeout, so the wait is bounded by
+    it; `horizon_s` (a little more) is only a backstop for one that never
+    reports: it is then passed over, and counted on its own if it ever ends.
+    """
+
+    __slots__ = ("_done", "_late", "_next", "_open", "_sent_at", "horizon_s")
+
+    def __init__(self, horizon_s: float = 60.0) -> None:
+        self.horizon_s = horizon_s
+        self._next = 0
+        self._open: list[int] = []  # heap of sequence numbers not yet released
+        self._sent_at: dict[int, float] = {}
+        self._done: dict[int, bool | None] = {}
+        self._late: set[int] = set()  # passed over while still on the wire
+
+    def sent(self, now: float) -> int:
+        seq = self._next
+        self._next += 1
+        heapq.heappush(self._open, seq)
+        self._sent_at[seq] = now
+        return seq
+
+    def completed(self, seq: int, ok: bool | None, now: float) -> list[bool]:
+        """Records one result (None: the attempt never counted); returns the
+        results now in order, oldest first."""
+        ready: list[bool] = []
+        if seq in self._late:
+            self._late.discard(seq)
+            if ok is not None:
+                ready.append(ok)
+        else:
+            self._done[seq] = ok
+        while self._open:
+            head = self._open[0]
+            if head in self._done:
+                result = self._done.pop(head)
+                if result is not None:
+                    ready.append(result)
+            elif now - self._sent_at[head] > self.horizon_s:
+                self._late.add(head)
+            else:
+                break
+            heapq.heappop(self._open)
+            del self._sent_at[head]
+        return ready
