@@ -42,6 +42,7 @@ from dispatcher.core.errors import (
     NotFound,
     TargetRefused,
     Throttled,
+    Unprocessable,
 )
 from dispatcher.core.throttle import FailureThrottle, address_key
 from dispatcher.web.routes import Access, Handler, Route
@@ -327,6 +328,8 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         return json_error(403, str(exc))
     except Conflict as exc:
         return json_error(409, str(exc))
+    except Unprocessable as exc:
+        return json_error(422, str(exc))
     except (BadInput, TargetRefused) as exc:
         return json_error(400, str(exc))
     except asyncpg.DataError as exc:
