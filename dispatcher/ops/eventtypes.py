@@ -43,7 +43,7 @@ from dispatcher.ops.inputs import Event
 from dispatcher.ops.tenancy import check_app
 
 MAX_DESCRIPTION = 2000
-MAX_LIST = 1000  # SPEC "Limits": list routes cap limit at 1000
+DEFAULT_LIST, MAX_LIST = 100, 1000  # as every list route: a larger limit is taken as 1000
 PATCH_FIELDS = frozenset({"description", "schema", "schemas", "archived", "feature_flag"})
 
 
@@ -146,13 +146,13 @@ async def list_event_types(
     after: str | None = None,
 ) -> list[dict[str, Any]]:
     """What `app` sees (None: the catalogue-wide types), by name; at most
-    `limit`, after the name `after` (a page's last)."""
+    `limit` (default 100), after the name `after` (a page's last)."""
     scope = _scope(app)
     if scope is not None:
         await applications.require_applications(conn, [scope])
-    cap = MAX_LIST if limit is None else limit
-    if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_LIST:
-        raise BadInput(f"limit must be 1-{MAX_LIST}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise BadInput("limit must be a positive integer")
+    cap = DEFAULT_LIST if limit is None else min(limit, MAX_LIST)
     rows = await eventtypes.list_event_types(conn, scope, bool(include_archived), cap, after)
     return [event_type_public(r) for r in rows]
 
