@@ -13,6 +13,7 @@ from dispatcher.core.errors import (
     OperationalError,
     TargetRefused,
     UnknownEndpoint,
+    Unprocessable,
 )
 from dispatcher.version import __version__
 
@@ -35,6 +36,7 @@ __all__ = [
     "OperationalError",
     "TargetRefused",
     "UnknownEndpoint",
+    "Unprocessable",
     "VerificationError",
     "__version__",
     "claim_once",

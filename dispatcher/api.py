@@ -28,6 +28,10 @@ async def enqueue(
     `payload` may be JSON text or bytes (sent exactly as given) or any value
     orjson encodes. Returns the delivery ids (the existing ones when the event
     id was already queued).
+
+    A type in the event-type catalogue checks the payload against its
+    schema: a mismatch, or an archived type, raises Unprocessable (naming
+    the failing path) and queues nothing.
     """
     result = await service.enqueue(
         conn,

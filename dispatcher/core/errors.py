@@ -7,11 +7,14 @@
     │   │   └── UnknownApplication
     │   ├── Forbidden         outside the caller's application (HTTP 403)
     │   ├── Conflict          refused in the current state (HTTP 409)
+    │   ├── Unprocessable     well-formed, refused by the event type (HTTP 422)
     │   └── Throttled         past a rate quota, try again later (HTTP 429)
     ├── TargetRefused     the SSRF guard refused a destination
     └── OperationalError  the database or the machine failed us (CLI exit 1)
 
-Messages are single lines meant for people; they never carry payload data.
+Messages are single lines meant for people; they never carry payload data,
+except that an Unprocessable answer may quote up to 200 characters of the
+caller's own payload back to it (where it fails a schema); it is not logged.
 """
 
 from __future__ import annotations
@@ -46,6 +49,12 @@ class Forbidden(BadInput):
 class Conflict(BadInput):
     """The request is well-formed but the state refuses it (an endpoint
     with queued deliveries cannot be deleted without force)."""
+
+
+class Unprocessable(BadInput):
+    """The request is well-formed but its payload is refused by its event
+    type: it fails the type's schema, or the type is archived. Nothing was
+    queued."""
 
 
 class Throttled(BadInput):

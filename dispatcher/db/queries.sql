@@ -852,3 +852,72 @@ DELETE FROM idempotency_keys
 WHERE ctid = ANY (ARRAY(
     SELECT ctid FROM idempotency_keys WHERE created_at < now() - interval '24 hours'
     LIMIT $1));
+
+-- ---------------------------------------------------------------- event types (db/eventtypes.py)
+
+-- name: insert_event_type
+-- A name taken in that scope inserts nothing (and answers no row).
+INSERT INTO event_types (application_id, name, description, schemas, feature_flag)
+VALUES ($1, $2, $3, $4::jsonb, $5)
+ON CONFLICT ON CONSTRAINT event_types_scope_name DO NOTHING
+RETURNING application_id AS app, name, description, schemas::text AS schemas,
+          archived_at, feature_flag, created_at, updated_at;
+
+-- name: list_event_types
+-- What one scope sees: the catalogue-wide types and, with an application,
+-- its own; by name (then catalogue-wide first), a page after the name $4.
+SELECT application_id AS app, name, description, schemas::text AS schemas,
+       archived_at, feature_flag, created_at, updated_at
+FROM event_types
+WHERE (application_id IS NULL OR application_id = $1)
+  AND ($2 OR archived_at IS NULL)
+  AND ($4::text IS NULL OR name > $4)
+ORDER BY name, application_id NULLS FIRST
+LIMIT $3;
+
+-- name: get_event_type
+-- A read resolves a name as the enqueue check does: the application's own
+-- type, else the catalogue-wide one (event_types_scope_name: by name, then
+-- at most two rows).
+SELECT application_id AS app, name, description, schemas::text AS schemas,
+       archived_at, feature_flag, created_at, updated_at
+FROM event_types
+WHERE name = $2 AND (application_id IS NULL OR application_id = $1)
+ORDER BY application_id NULLS LAST
+LIMIT 1;
+
+-- name: update_event_type
+-- A write addresses exactly one scope. clock_timestamp(), not now(): the
+-- validators' cache is keyed by updated_at, which must change with every
+-- update, even two in one transaction.
+UPDATE event_types SET
+    description  = CASE WHEN $3 THEN $4 ELSE description END,
+    schemas      = CASE WHEN $5 THEN $6::jsonb ELSE schemas END,
+    feature_flag = CASE WHEN $7 THEN $8 ELSE feature_flag END,
+    archived_at  = CASE WHEN NOT $9 THEN archived_at
+                        WHEN $10 THEN coalesce(archived_at, clock_timestamp()) END,
+    updated_at   = clock_timestamp()
+WHERE name = $2 AND application_id IS NOT DISTINCT FROM $1
+RETURNING application_id AS app, name, description, schemas::text AS schemas,
+          archived_at, feature_flag, created_at, updated_at;
+
+-- name: expunge_event_type
+DELETE FROM event_types WHERE name = $2 AND application_id IS NOT DISTINCT FROM $1
+RETURNING application_id AS app, name, description, schemas::text AS schemas,
+          archived_at, feature_flag, created_at, updated_at;
+
+-- name: event_type_for_enqueue
+-- The one lookup an enqueue pays (an index probe by name): the type its
+-- events are checked against, in the application the event goes to ($2, or
+-- the endpoint $3's, or default, as dispatcher_enqueue decides). The schema
+-- comes back as text and is parsed only when the caller's cached
+-- validator is stale.
+SELECT application_id AS app, updated_at, archived_at IS NOT NULL AS archived,
+       dispatcher_latest_schema(schemas)::text AS schema
+FROM event_types
+WHERE name = $1
+  AND (application_id IS NULL
+       OR application_id = coalesce($2, (SELECT application_id FROM endpoints
+                                         WHERE id = $3 AND deleted_at IS NULL), 'default'))
+ORDER BY application_id NULLS LAST
+LIMIT 1;

@@ -33,6 +33,7 @@ from dispatcher.core.signing import (
 )
 from dispatcher.core.ssrf import TargetPolicy, check_resolved, check_target, parse_target
 from dispatcher.db import Conn, applications, catalog, columns
+from dispatcher.ops.eventtypes import validate_events, validate_payload
 from dispatcher.ops.inputs import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     check_event_type,
@@ -297,7 +298,9 @@ async def enqueue(
     event_id = event_id_of(event_id)
     endpoint_id = check_id(endpoint_id)
     text = payload_text(payload, max_payload_bytes)
-    ids = await catalog.enqueue(conn, event_type, text, event_id, endpoint_id, _app(app))
+    app = _app(app)
+    await validate_payload(conn, app, event_type, text, endpoint_id=endpoint_id)
+    ids = await catalog.enqueue(conn, event_type, text, event_id, endpoint_id, app)
     return {"event_id": event_id, "deliveries": ids}
 
 
@@ -316,6 +319,7 @@ async def enqueue_event(
     app = _app(app)
     if within_quota:
         await take_event_quota(conn, app, 1, endpoint)
+    await validate_payload(conn, app, event_type, payload, endpoint_id=endpoint)
     ids = await catalog.enqueue(conn, event_type, payload, event_id, endpoint, app)
     return {"event_id": event_id, "deliveries": ids}
 
@@ -372,6 +376,7 @@ async def enqueue_file(
     if app is not None:
         check_app(app)
         events = [(*e[:4], e[4] or app) for e in events]
+    await validate_events(conn, events)
     created = await catalog.enqueue_bulk(conn, events)
     return {"events": len(events), "deliveries": created}
 

@@ -24,6 +24,7 @@ from dispatcher.core.errors import BadInput, Conflict, NotFound
 from dispatcher.db import Conn
 from dispatcher.db import svix as store
 from dispatcher.ops import service, tenancy
+from dispatcher.ops.eventtypes import validate_payload
 from dispatcher.ops.inputs import check_event_type, parse_time, payload_text
 
 UID = re.compile(r"[a-zA-Z0-9_.-]{1,256}")
@@ -205,6 +206,7 @@ async def send_message(
     if body.get("deliverAt") is not None:
         deliver_at = parse_time(body["deliverAt"], "deliverAt")
     msg_id = given or new_message_id()
+    await validate_payload(conn, app, event_type, text)
     if within_quota:
         await service.take_event_quota(conn, app, 1)
     async with conn.transaction():

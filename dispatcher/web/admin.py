@@ -26,7 +26,7 @@ from aiohttp import web
 from dispatcher import db
 from dispatcher.core.errors import BadInput, Forbidden
 from dispatcher.metrics import CONTENT_TYPE, Metrics
-from dispatcher.ops import reports, service, tenancy
+from dispatcher.ops import eventtypes, reports, service, tenancy
 from dispatcher.ops.inputs import spec_from_fields
 from dispatcher.settings import Settings
 from dispatcher.web import idempotency, pages, portal, security, svix
@@ -324,6 +324,59 @@ async def dead_letters_replay(request: web.Request) -> web.Response:
     return _json({"requeued": done.requeued})
 
 
+# ---------------------------------------------------------------- event types
+# Without ?app= (or "app"), the admin addresses the catalogue-wide scope; an
+# application's credential, its own (reads also see the catalogue-wide).
+
+
+def _flag(request: web.Request, name: str) -> bool:
+    value = request.query.get(name, "false").lower()
+    if value not in _FLAGS:
+        raise BadInput(f"{name} must be true or false")
+    return _FLAGS[value]
+
+
+async def event_types_list(request: web.Request) -> web.Response:
+    app, limit = _scope(request), _query_int(request, "limit")
+    archived, after = _flag(request, "include_archived"), request.query.get("after")
+    async with _conn(request) as conn:
+        return _json(await eventtypes.list_event_types(conn, app, archived, limit, after))
+
+
+async def event_types_create(request: web.Request) -> web.Response:
+    body = await read_object(request, ("name", *eventtypes.PATCH_FIELDS - {"archived"}, "app"))
+    app = _scope(request, body.get("app"))
+    async with _conn(request) as conn:
+        doc = await eventtypes.add_event_type(
+            conn, body.get("name"), description=body.get("description"),
+            schema=body.get("schema"), schemas=body.get("schemas"), app=app,
+            feature_flag=body.get("feature_flag"),
+        )  # fmt: skip
+    return _json(doc, 201)
+
+
+async def event_type_get(request: web.Request) -> web.Response:
+    async with _conn(request) as conn:
+        return _json(await eventtypes.get_event_type(conn, request.match_info["name"],
+                                                     _scope(request)))  # fmt: skip
+
+
+async def event_type_update(request: web.Request) -> web.Response:
+    patch = await read_object(request, (*eventtypes.PATCH_FIELDS, "app"))
+    app = _scope(request, patch.pop("app", None))
+    async with _conn(request) as conn:
+        return _json(await eventtypes.update_event_type(conn, request.match_info["name"], patch,
+                                                        app))  # fmt: skip
+
+
+async def event_type_delete(request: web.Request) -> web.Response:
+    """Archives it; `?expunge=true` removes it."""
+    app = _scope(request, (await read_object(request, ("app",))).get("app"))
+    name, expunge = request.match_info["name"], _flag(request, "expunge")
+    async with _conn(request) as conn:
+        return _json(await eventtypes.delete_event_type(conn, name, app, expunge))
+
+
 # ---------------------------------------------------------------- applications (admin only)
 
 
@@ -450,6 +503,16 @@ ROUTES: tuple[Route, ...] = (
           endpoint_activity,       oas.ENDPOINT_ACTIVITY),
     Route("POST",   "/v1/events",                           APP,
           events_create,           oas.EVENTS_CREATE),
+    Route("GET",    "/v1/event-types",                      APP,
+          event_types_list,        oas.EVENT_TYPES_LIST),
+    Route("POST",   "/v1/event-types",                      APP,
+          event_types_create,      oas.EVENT_TYPES_CREATE),
+    Route("GET",    "/v1/event-types/{name}",               APP,
+          event_type_get,          oas.EVENT_TYPE_GET),
+    Route("PATCH",  "/v1/event-types/{name}",               APP,
+          event_type_update,       oas.EVENT_TYPE_UPDATE),
+    Route("DELETE", "/v1/event-types/{name}",               APP,
+          event_type_delete,       oas.EVENT_TYPE_DELETE),
     Route("GET",    "/v1/deliveries",                       APP,
           deliveries,              oas.DELIVERIES),
     Route("GET",    "/v1/dead-letters",                     APP,

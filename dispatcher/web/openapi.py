@@ -121,6 +121,23 @@ _DOCUMENT: dict[str, Any] = {
                 },
                 "required": ["event_type", "payload"],
             },
+            "EventType": {
+                "type": "object",
+                "properties": {
+                    "name": _STR, "app": {"type": "string", "nullable": True,
+                                          "description": "null: catalogue-wide"},
+                    "description": _STR,
+                    "schema": {"type": "object", "nullable": True,
+                               "description": "JSON Schema (draft 2020-12) payloads must match"},
+                    "schemas": {"type": "object", "nullable": True,
+                                "description": "Svix's shape: version (\"1\", …) to schema; "
+                                               "the highest version is the one checked"},
+                    "example": {"nullable": True, "description": "derived from the schema"},
+                    "archived": {"type": "boolean"},
+                    "feature_flag": {"type": "string", "nullable": True},
+                    "created_at": _TS, "updated_at": _TS,
+                },
+            },
             "Deleted": {
                 "type": "object",
                 "properties": {"id": _INT, "url": _STR, "deleted": {"type": "boolean"},
@@ -233,10 +250,55 @@ ENDPOINT_ACTIVITY = {
             "error": {"type": "string", "nullable": True}}}},
     }})}
 
+# -- event types
+_UNPROCESSABLE = {"description": "Refused by its event type (archived, or the payload fails "
+                                 "its schema: the error names the path); nothing queued", **_REFUSED}
+_TYPE_NAME = {"name": "name", "in": "path", "required": True,
+              "schema": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,256}$"}}
+_TYPE_FIELDS: dict[str, Any] = {
+    "description": {"type": "string", "maxLength": 2000, "nullable": True},
+    "schema": {"type": "object", "nullable": True, "description": "a JSON Schema, draft 2020-12"},
+    "schemas": {"type": "object", "nullable": True, "description": "Svix's map of version to schema"},
+    "feature_flag": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,256}$", "nullable": True},
+}
+EVENT_TYPES_LIST = {
+    "summary": "The catalogue-wide event types and, with an application, its own, by name",
+    "parameters": [_APP_QUERY,
+                   {"name": "include_archived", "in": "query", "schema": {"type": "boolean"}},
+                   {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+                   {"name": "after", "in": "query", "schema": _STR,
+                    "description": "the last name of the previous page"}],
+    "responses": _ok({"type": "array", "items": _ref("EventType")})}
+EVENT_TYPES_CREATE = {
+    "summary": "Add an event type (catalogue-wide, or with app an application's own); a name "
+               "taken in that scope answers 409",
+    "requestBody": _body({"type": "object", "properties": {
+        "name": _TYPE_NAME["schema"], **_TYPE_FIELDS, "app": _APP},
+        "required": ["name"], "additionalProperties": False}),
+    "responses": {**_ok(_ref("EventType"), "201"),
+                  "409": {"description": "Exists", **_REFUSED}}}
+EVENT_TYPE_GET = {"summary": "One event type (an application's own first, else catalogue-wide)",
+                  "parameters": [_TYPE_NAME, _APP_QUERY], "responses": _ok(_ref("EventType"))}
+EVENT_TYPE_UPDATE = {
+    "summary": "Change description, schema, archived or feature_flag (an application may not "
+               "change a catalogue-wide type: 403)",
+    "parameters": [_TYPE_NAME, _APP_QUERY],
+    "requestBody": _body({"type": "object", "properties": {
+        **_TYPE_FIELDS, "archived": {"type": "boolean"}, "app": _APP},
+        "additionalProperties": False}),
+    "responses": _ok(_ref("EventType"))}
+EVENT_TYPE_DELETE = {
+    "summary": "Archive it (it accepts no new events); ?expunge=true removes it",
+    "parameters": [_TYPE_NAME, _APP_QUERY,
+                   {"name": "expunge", "in": "query", "schema": {"type": "boolean"}}],
+    "requestBody": _body({"type": "object", "properties": {"app": _APP},
+                          "additionalProperties": False}, False),
+    "responses": _ok(_ref("EventType"))}
+
 # -- events, deliveries, dead letters
 EVENTS_CREATE = {"summary": "Enqueue an event (fan-out to subscribers)",
                  "requestBody": _body(_ref("Event")),
-                 "responses": {**_ok(_ref("Enqueued"), "202"),
+                 "responses": {**_ok(_ref("Enqueued"), "202"), "422": _UNPROCESSABLE,
                                "429": {"description": "Over the application's max_events_per_s; nothing "
                                                       "queued; try again after Retry-After seconds",
                                        "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 1}}},

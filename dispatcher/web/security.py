@@ -42,6 +42,7 @@ from dispatcher.core.errors import (
     NotFound,
     TargetRefused,
     Throttled,
+    Unprocessable,
 )
 from dispatcher.core.throttle import FailureThrottle, address_key
 from dispatcher.web.routes import Access, Handler, Route
@@ -358,6 +359,8 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error_response(request, 403, str(exc))
     except Conflict as exc:
         return error_response(request, 409, str(exc))
+    except Unprocessable as exc:
+        return error_response(request, 422, str(exc))
     except (BadInput, TargetRefused) as exc:
         return error_response(request, 400, str(exc))
     except asyncpg.DataError as exc:

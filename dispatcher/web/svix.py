@@ -28,7 +28,7 @@ from aiohttp import web
 
 from dispatcher import db
 from dispatcher.core.errors import BadInput, Forbidden
-from dispatcher.ops import service, tenancy
+from dispatcher.ops import eventtypes, service, tenancy
 from dispatcher.ops import svix as ops
 from dispatcher.ops.inputs import parse_time, spec_from_fields
 from dispatcher.web import security
@@ -194,11 +194,17 @@ def attempt_out(row: Mapping[str, Any]) -> dict[str, Any]:
 async def _app(request: web.Request, conn: db.Conn) -> dict[str, Any]:
     """The path's application. An application's credential that names
     another one anyway (`?app=`, a body's "app", as on /v1/): 403."""
+    return await ops.application(conn, request.match_info["app_id"], _own(request))
+
+
+def _own(request: web.Request) -> str | None:
+    """The caller's application (None: the admin); naming another one
+    anyway (`?app=`, a body's "app", as on /v1/) is 403."""
     own = _scope(request)
     named = (request.query.get("app"), request.get(BODY, {}).get("app"))
     if own is not None and any(n is not None and n != own for n in named):
         raise Forbidden("this credential acts only inside its own application")
-    return await ops.application(conn, request.match_info["app_id"], own)
+    return own
 
 
 async def _app_or_new(request: web.Request, conn: db.Conn) -> dict[str, Any]:
@@ -533,6 +539,96 @@ async def message_resend(request: web.Request) -> web.Response:
     return _json({}, 202)  # the Python SDK parses a body here
 
 
+# ---------------------------------------------------------------- event types
+
+
+def event_type_out(doc: Mapping[str, Any], with_content: bool = True) -> dict[str, Any]:
+    flag = doc.get("feature_flag")
+    return {
+        "name": doc["name"],
+        "description": doc.get("description") or "",
+        "archived": doc["archived"],
+        "deprecated": False,
+        "schemas": doc.get("schemas") if with_content else None,
+        "featureFlag": flag,
+        "featureFlags": None if flag is None else [flag],
+        "groupName": None,
+        "createdAt": doc["created_at"],
+        "updatedAt": doc["updated_at"],
+    }
+
+
+def _event_type_fields(body: Mapping[str, Any]) -> dict[str, Any]:
+    """Svix's event-type fields as the catalogue's (ops.eventtypes)."""
+    fields: dict[str, Any] = {}
+    for theirs, ours in (("description", "description"), ("schemas", "schemas"),
+                         ("archived", "archived"), ("featureFlag", "feature_flag")):  # fmt: skip
+        if theirs in body:
+            fields[ours] = body[theirs]
+    flags = body.get("featureFlags")
+    if isinstance(flags, list) and flags and "feature_flag" not in fields:
+        fields["feature_flag"] = flags[0]
+    return fields
+
+
+async def event_types_list(request: web.Request) -> web.Response:
+    limit = _limit(request)
+    after = _iterator(request)
+    archived = request.query.get("include_archived", "").lower() == "true"
+    await _body(request)
+    async with _conn(request) as conn:
+        docs = await eventtypes.list_event_types(
+            conn, _own(request), archived, limit + 1, after[0] if after else None
+        )
+    data = [event_type_out(d, _with_content(request)) for d in docs]
+    return _json(_page(data, limit, (data[:limit][-1]["name"],) if data else None))
+
+
+async def event_types_create(request: web.Request) -> web.Response:
+    body = await _body(request)
+    fields = _event_type_fields(body)
+    archived = fields.pop("archived", None)
+    async with _conn(request) as conn, conn.transaction():
+        doc = await eventtypes.add_event_type(conn, body.get("name"), app=_own(request), **fields)
+        if archived:
+            doc = await eventtypes.archive_event_type(conn, doc["name"], _own(request))
+    return _json(event_type_out(doc), 201)
+
+
+async def event_type_get(request: web.Request) -> web.Response:
+    await _body(request)
+    async with _conn(request) as conn:
+        doc = await eventtypes.get_event_type(conn, request.match_info["name"], _own(request))
+    return _json(event_type_out(doc))
+
+
+def _event_type_update(partial: bool) -> Any:
+    async def handler(request: web.Request) -> web.Response:
+        body = await _body(request)
+        name, scope = request.match_info["name"], _own(request)
+        fields = _event_type_fields(body)
+        async with _conn(request) as conn, conn.transaction():
+            if not partial and not await eventtypes.exists(conn, name, scope):
+                archived = fields.pop("archived", None)
+                doc = await eventtypes.add_event_type(conn, name, app=scope, **fields)
+                if archived:
+                    doc = await eventtypes.archive_event_type(conn, name, scope)
+                return _json(event_type_out(doc), 201)
+            doc = await eventtypes.update_event_type(conn, name, fields, scope)
+        return _json(event_type_out(doc))
+
+    return handler
+
+
+async def event_type_delete(request: web.Request) -> web.Response:
+    """Archives it, as Svix; `?expunge=true` removes it."""
+    expunge = request.query.get("expunge", "").lower() == "true"
+    await _body(request)
+    async with _conn(request) as conn:
+        await eventtypes.delete_event_type(conn, request.match_info["name"], _own(request), expunge)
+    return _no_content()
+
+
 # ---------------------------------------------------------------- the portal, health
 
 
@@ -637,5 +733,16 @@ ROUTES: tuple[Route, ...] = (
            "an endpoint's attempts"),
     _route("POST",   "/api/v1/auth/app-portal-access/{app_id}", APP, portal_access,
            "a one-time sign-in link to the application's portal", body=True),
+    _route("GET",    "/api/v1/event-type", APP, event_types_list,
+           "list event types (an application's: its own and the catalogue-wide ones)"),
+    _route("POST",   "/api/v1/event-type", APP, event_types_create, "create an event type",
+           "201", body=True),
+    _route("GET",    "/api/v1/event-type/{name}", APP, event_type_get, "get an event type"),
+    _route("PUT",    "/api/v1/event-type/{name}", APP, _event_type_update(False),
+           "create or replace an event type", body=True),
+    _route("PATCH",  "/api/v1/event-type/{name}", APP, _event_type_update(True),
+           "change an event type", body=True),
+    _route("DELETE", "/api/v1/event-type/{name}", APP, event_type_delete,
+           "archive an event type (?expunge=true: remove it)", "204"),
 )
 # fmt: on

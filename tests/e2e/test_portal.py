@@ -285,3 +285,42 @@ async def test_sign_in_refuses_a_bad_code_and_a_missing_session(
         assert await page.eval("document.querySelector('#signin b') === null")
         assert await page.eval("fetch('/v1/endpoints').then(r => r.status)") == 401
         assert page.errors == []
+
+
+async def test_customer_subscribes_from_the_event_type_catalogue(
+    conn: asyncpg.Connection, receiver: Receiver, console: str, link: str, tmp_path: Path
+) -> None:
+    """The form offers the catalogue (catalogue-wide and acme's own types,
+    never globex's) with descriptions and example payloads; ticking a type
+    puts it in the event types field."""
+    paid = {"type": "object", "properties": {"amount": {"type": "number"}},
+            "examples": [{"amount": 42}]}  # fmt: skip
+    body = {"name": "order.paid", "description": "An order was paid", "schema": paid}
+    await _admin(console, "POST", "/v1/event-types", body)
+    await _admin(console, "POST", "/v1/event-types", {"name": "acme.special", "app": "acme"})
+    await _admin(console, "POST", "/v1/event-types", {"name": "globex.secret", "app": "globex"})
+    async with browser(tmp_path / "profile") as page:
+        await _sign_in(page, link, console)
+        await page.click("#add-toggle")
+        await page.wait("!document.querySelector('#catalogue').hidden")
+        shown = await page.text("#catalogue")
+        assert "order.paid" in shown and "An order was paid" in shown and "acme.special" in shown
+        assert "globex.secret" not in shown
+        await page.click("#catalogue details summary")
+        example = await page.eval(
+            "document.querySelector('[data-example=\"order.paid\"]').innerText"
+        )
+        assert json.loads(example) == {"amount": 42}
+
+        await page.type("#add-url", receiver.url("/from-catalogue"))
+        await page.click('input[data-type="order.paid"]')
+        await page.click('input[data-type="acme.special"]')
+        await page.wait("document.querySelector('#add-types').value === 'order.paid, acme.special'")
+        await page.click('input[data-type="acme.special"]')  # and unticked again
+        await page.wait("document.querySelector('#add-types').value === 'order.paid'")
+        await page.click("#add-form button[type=submit]")
+        await page.wait("!document.querySelector('#secret').hidden")
+    types = await conn.fetchval(
+        "SELECT event_types FROM endpoints WHERE application_id = 'acme' AND url LIKE '%catalogue'"
+    )
+    assert types == ["order.paid"]

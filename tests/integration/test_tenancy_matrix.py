@@ -35,7 +35,7 @@ from aiohttp.test_utils import make_mocked_request
 from dispatcher.core.models import EndpointSpec
 from dispatcher.db import catalog
 from dispatcher.db.embedded import with_database
-from dispatcher.ops import tenancy
+from dispatcher.ops import eventtypes, tenancy
 from dispatcher.web.admin import ROUTES, start_admin
 from dispatcher.web.routes import Access, Route, add_routes
 from dispatcher.web.security import CSRF_HEADER, PORTAL_COOKIE
@@ -81,6 +81,16 @@ MATRIX: dict[str, tuple[int | None, ...]] = {
     "GET /v1/dead-letters?endpoint_id={ep}":      (200, 404,  403,  200,  401, 401, 200,  200),
     "POST /v1/dead-letters/replay":               (200, 200,  403,  200,  401, 401, 403,  200),
     "POST /v1/dead-letters/replay endpoint":      (200, 404,  403,  200,  401, 401, 403,  200),
+    # {et}: the application's own type; the admin without ?app= addresses
+    # the catalogue-wide scope, where it is not. {wide}: a catalogue-wide
+    # type, which every application reads (changing one is 403:
+    # test_event_types.test_scopes_and_who_may_change_what).
+    "GET /v1/event-types":                        (200, 200,  403,  200,  401, 401, 200,  200),
+    "POST /v1/event-types":                       (201, None, 403,  201,  401, 401, 403,  201),
+    "GET /v1/event-types/{et}":                   (200, 404,  403,  404,  401, 401, 200,  200),
+    "GET /v1/event-types/{wide}":                 (200, 200,  403,  200,  401, 401, 200,  200),
+    "PATCH /v1/event-types/{et}":                 (200, 404,  403,  404,  401, 401, 403,  200),
+    "DELETE /v1/event-types/{et}":                (200, 404,  403,  404,  401, 401, 403,  200),
     # admin only
     "GET /metrics":                               (X,   X,    X,    200,  401, 401, X,    X),
     "GET /v1/applications":                       (X,   X,    X,    200,  401, 401, X,    X),
@@ -124,6 +134,13 @@ MATRIX: dict[str, tuple[int | None, ...]] = {
     "GET /api/v1/app/{app}/attempt/msg/{event}":  (200, 404,  403,  200,  401, 401, 200,  200),
     "GET /api/v1/app/{app}/attempt/endpoint/{ep}": (200, 404, 403,  200,  401, 401, 200,  200),
     "POST /api/v1/auth/app-portal-access/{app}":  (200, 404,  403,  200,  401, 401, 403,  200),
+    "GET /api/v1/event-type":                     (200, 200,  403,  200,  401, 401, 200,  200),
+    "POST /api/v1/event-type":                    (201, None, 403,  201,  401, 401, 403,  201),
+    "GET /api/v1/event-type/{et}":                (200, 404,  403,  404,  401, 401, 200,  200),
+    "GET /api/v1/event-type/{wide}":              (200, 200,  403,  200,  401, 401, 200,  200),
+    "PUT /api/v1/event-type/{et}":                (200, 201,  403,  201,  401, 401, 403,  200),
+    "PATCH /api/v1/event-type/{et}":              (200, 404,  403,  404,  401, 401, 403,  200),
+    "DELETE /api/v1/event-type/{et}":             (204, 404,  403,  404,  401, 401, 403,  204),
     "GET /api/v1/app":                            (X,   X,    X,    200,  401, 401, X,    X),
     "POST /api/v1/app":                           (X,   X,    X,    201,  401, 401, X,    X),
     "PUT /api/v1/app/{app}":                      (X,   X,    X,    200,  401, 401, X,    X),
@@ -132,6 +149,8 @@ MATRIX: dict[str, tuple[int | None, ...]] = {
 # A list's "other" cell is acme's list while globex has rows: 200, without them.
 UNMEANING = {
     ("POST /v1/endpoints", "other"): "creating names no existing object",
+    ("POST /v1/event-types", "other"): "creating names no existing object",
+    ("POST /api/v1/event-type", "other"): "creating names no existing object",
     ("POST /portal/logout", "csrf"): "would end the session the later cells use "
                                      "(test_signing_out_of_the_portal_ends_the_session)",
     ("DELETE /api/v1/app/{app}", "admin"): "would delete acme, which the later cells use "
@@ -161,6 +180,11 @@ BODIES: dict[str, Any] = {
     "POST /v1/endpoints/{ep}/test": {},
     "POST /v1/events": {"event_type": "order.created", "payload": {"n": 1}, "endpoint_id": "{ep}"},
     "POST /v1/dead-letters/replay": {"ids": ["{dead}"]},
+    "POST /v1/event-types": {"name": "{fresh}", "description": "new"},
+    "PATCH /v1/event-types/{et}": {"description": "patched"},
+    "POST /api/v1/event-type": {"name": "{fresh}", "description": "new"},
+    "PUT /api/v1/event-type/{et}": {"description": "put"},
+    "PATCH /api/v1/event-type/{et}": {"description": "patched"},
     "POST /v1/dead-letters/replay endpoint": {"endpoint_id": "{ep}"},
     "POST /v1/applications": {"id": "{fresh}"},
     "PATCH /v1/applications/{app}": {"max_endpoints": 1_000_000},
@@ -200,7 +224,7 @@ async def route_of(key: str) -> Route:
     app = web.Application()
     add_routes(app.router, ROUTES)
     method, path = key.split()[:2]
-    path = fill(path, {"ep": 1, "dead": 1, "event": "evt", "app": ACME})
+    path = fill(path, {"ep": 1, "dead": 1, "event": "evt", "app": ACME, "et": "t", "wide": "t"})
     match = await app.router.resolve(make_mocked_request(method, path))
     assert match.http_exception is None, f"{key}: no route of the table"
     resource = match.route.resource
@@ -335,7 +359,9 @@ async def conn(world: World) -> AsyncIterator[asyncpg.Connection]:
 
 async def objects(conn: asyncpg.Connection, app: str) -> dict[str, Any]:
     """Fresh objects of `app`: an endpoint subscribed to everything, an event
-    delivered to it and left dead, and the endpoint's secret (to look for)."""
+    delivered to it and left dead, the endpoint's secret (to look for), an
+    event type of its own and a catalogue-wide one (named without `app`:
+    every application lists it)."""
     spec = EndpointSpec(url=f"https://{app}.example/hook", name=f"{app}-hook")
     spec.validate()
     secret = f"whsec_{uuid.uuid4().hex}"
@@ -349,7 +375,11 @@ async def objects(conn: asyncpg.Connection, app: str) -> dict[str, Any]:
         "UPDATE webhook_queue SET status = 'dead_letter', last_error = 'HTTP 500' WHERE id = $1",
         dead,
     )
-    return {"ep": record.id, "dead": dead, "event": event, "app": app, "secret": secret}
+    et, wide = f"et-{uuid.uuid4().hex[:8]}", f"et-wide-{uuid.uuid4().hex[:8]}"
+    await eventtypes.add_event_type(conn, et, app=app)
+    await eventtypes.add_event_type(conn, wide)
+    return {"ep": record.id, "dead": dead, "event": event, "app": app, "secret": secret,
+            "et": et, "wide": wide}  # fmt: skip
 
 
 GLOBEX_ROWS = """
@@ -361,6 +391,8 @@ SELECT (SELECT coalesce(json_agg(e ORDER BY e.id), '[]') FROM endpoints e
         FROM endpoint_secrets s JOIN endpoints e ON e.id = s.endpoint_id
         WHERE e.application_id = 'globex')::text,
        (SELECT coalesce(json_agg(t ORDER BY t.id), '[]') FROM application_tokens t
+        WHERE t.application_id = 'globex')::text,
+       (SELECT coalesce(json_agg(t ORDER BY t.id), '[]') FROM event_types t
         WHERE t.application_id = 'globex')::text
 """
 EVERYTHING = """
@@ -371,7 +403,8 @@ SELECT (SELECT coalesce(json_agg(x ORDER BY x.id), '[]') FROM endpoints x)::text
        (SELECT coalesce(json_agg(x ORDER BY x.code_hash), '[]') FROM portal_codes x)::text,
        (SELECT coalesce(json_agg(x ORDER BY x.session_hash), '[]') FROM portal_sessions x)::text,
        (SELECT coalesce(json_agg(x ORDER BY x.endpoint_id, x.secret), '[]')
-        FROM endpoint_secrets x)::text
+        FROM endpoint_secrets x)::text,
+       (SELECT coalesce(json_agg(x ORDER BY x.id), '[]') FROM event_types x)::text
 """
 
 
@@ -449,11 +482,11 @@ async def test_matrix(
             assert trace not in text, f"{trace} leaked into {text[:300]}"
     if status == 404:
         # The other application's object reads exactly like one that does not exist.
-        nothing = {**subs, "ep": MISSING, "dead": MISSING, "event": "evt-none"}
+        nothing = {**subs, "ep": MISSING, "dead": MISSING, "event": "evt-none", "et": "et-none"}
         _, path2, body2 = request_of(key, column, nothing)
         status2, text2 = await world.call(method, path2, body2, world.headers(column))
         assert status2 == 404
-        assert message(text, theirs["ep"]) == message(text2, MISSING)
+        assert message(text, theirs["ep"], subs["et"]) == message(text2, MISSING, "et-none")
     if column == "names":
         # Naming an application that does not exist answers the same: no probing.
         _, path2, body2 = request_of(key, column, subs, named="no-such-app")

@@ -235,8 +235,47 @@ function openAdd(open) {
   $("add-form").hidden = !open;
   $("add-toggle").setAttribute("aria-expanded", String(open));
   $("add-error").hidden = true;
-  if (open) $("add-url").focus();
+  if (open) {
+    $("add-url").focus();
+    showCatalogue();
+  }
 }
+
+// The event-type catalogue (this application's types and the catalogue-wide
+// ones), each with its description and an example payload; ticking one
+// adds its name to the event types field, which stays free text.
+function typedNames() {
+  return $("add-types").value.split(/[\s,]+/).filter(Boolean);
+}
+
+function pick(name, chosen) {
+  const names = typedNames().filter(n => n !== name);
+  $("add-types").value = (chosen ? [...names, name] : names).join(", ");
+}
+
+async function showCatalogue() {
+  let types;
+  try {
+    types = await get("/v1/event-types");
+  } catch (e) {
+    if (e instanceof SignedOut) return;
+    types = [];  // the field still takes names typed by hand
+  }
+  const typed = new Set(typedNames());
+  $("catalogue-types").replaceChildren(...types.map(t => el("div", { class: "catalogue-type" },
+    el("label", {},
+      el("input", { type: "checkbox", value: t.name, "data-type": t.name, checked: typed.has(t.name) }),
+      el("code", {}, t.name)),
+    t.description ? el("p", { class: "dim" }, t.description) : null,
+    t.example === null ? null : el("details", {},
+      el("summary", {}, "Example payload"),
+      el("pre", { "data-example": t.name }, JSON.stringify(t.example, null, 2))))));
+  $("catalogue").hidden = types.length === 0;
+}
+
+$("catalogue-types").addEventListener("change", ev => {
+  if (ev.target.dataset.type) pick(ev.target.dataset.type, ev.target.checked);
+});
 
 $("add-toggle").addEventListener("click", () => openAdd($("add-form").hidden));
 $("add-cancel").addEventListener("click", () => openAdd(false));
