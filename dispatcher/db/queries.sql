@@ -220,6 +220,8 @@ WITH ins AS (
         THEN e.application_id = coalesce(s.application_id, 'default') AND e.enabled
              AND (e.event_types @> ARRAY[s.event_type] OR e.event_types @> '{*}')
              AND dispatcher_filter_passes(e.filter, s.payload::json)
+             -- No channels on a line: endpoints listening to channels only skip it.
+             AND e.channels IS NULL
         ELSE e.id = s.endpoint_id END
     ON CONFLICT (endpoint_id, event_id) DO NOTHING
     RETURNING 1
@@ -229,6 +231,10 @@ SELECT count(*) FROM ins;
 -- name: enqueue_one
 SELECT CASE WHEN $5::text IS NULL THEN dispatcher_enqueue($1, $2::json, $3, $4)
             ELSE dispatcher_enqueue_app($5, $1, $2::json, $3, $4) END;
+
+-- name: enqueue_message
+SELECT dispatcher_enqueue_app($1, $2, $3::json, $4, channels => $5::text[],
+                              deliver_at => $6::timestamptz);
 
 -- name: health_summary
 SELECT
@@ -610,7 +616,7 @@ SELECT a.id, a.name, a.created_at, a.max_endpoints, a.max_events_per_s,
         WHERE e.application_id = a.id AND q.status IN ('pending', 'failed', 'in_flight'))
            AS queue_depth
 FROM applications a
-WHERE ($1::text IS NULL OR a.id = $1)
+WHERE ($1::text IS NULL OR a.id = $1) AND a.deleted_at IS NULL
 ORDER BY a.id;
 
 -- name: update_application
@@ -709,3 +715,140 @@ DELETE FROM portal_sessions WHERE session_hash = $1;
 -- Expired sessions and codes past any use.
 WITH s AS (DELETE FROM portal_sessions WHERE expires_at < now() - interval '1 day')
 DELETE FROM portal_codes WHERE expires_at < now() - interval '1 day';
+
+-- ---------------------------------------------------------------- the Svix-compatible API (012)
+
+-- name: svix_app_get
+-- By id or by the caller's uid.
+SELECT id, uid, name, metadata, created_at, updated_at FROM applications
+WHERE (id = $1 OR uid = $1) AND deleted_at IS NULL
+ORDER BY (id = $1) DESC LIMIT 1;
+
+-- name: svix_app_list
+SELECT id, uid, name, metadata, created_at, updated_at FROM applications
+WHERE ($1::text IS NULL OR id > $1) AND ($3::text IS NULL OR id = $3) AND deleted_at IS NULL
+ORDER BY id LIMIT $2;
+
+-- name: svix_app_insert
+INSERT INTO applications (id, name, uid, metadata) VALUES ($1, $2, $3, $4::jsonb)
+ON CONFLICT DO NOTHING
+RETURNING id, uid, name, metadata, created_at, updated_at;
+
+-- name: svix_app_update
+UPDATE applications SET
+    name = coalesce($2, name),
+    uid = CASE WHEN $3 THEN $4 ELSE uid END,
+    metadata = coalesce($5::jsonb, metadata),
+    updated_at = now()
+WHERE id = $1
+RETURNING id, uid, name, metadata, created_at, updated_at;
+
+-- name: svix_app_live_endpoints
+SELECT id FROM endpoints WHERE application_id = $1 AND deleted_at IS NULL ORDER BY id;
+
+-- name: svix_app_delete
+-- Its endpoints were deleted first (the service's rule); what still refers
+-- to the application goes with it.
+WITH gone_tokens AS (DELETE FROM application_tokens WHERE application_id = $1),
+     gone_codes AS (DELETE FROM portal_codes WHERE application_id = $1),
+     gone_sessions AS (DELETE FROM portal_sessions WHERE application_id = $1)
+UPDATE applications SET uid = NULL, deleted_at = now() WHERE id = $1 AND deleted_at IS NULL
+RETURNING id;
+
+-- name: svix_endpoint_extras
+SELECT id, uid, metadata, channels FROM endpoints WHERE id = ANY($1::bigint[]);
+
+-- name: svix_endpoint_set_extras
+UPDATE endpoints SET
+    uid = CASE WHEN $2 THEN $3 ELSE uid END,
+    metadata = coalesce($4::jsonb, metadata),
+    channels = CASE WHEN $5 THEN $6::text[] ELSE channels END
+WHERE id = $1 AND deleted_at IS NULL
+RETURNING id;
+
+-- name: svix_endpoint_resolve
+SELECT id FROM endpoints
+WHERE application_id = $1 AND deleted_at IS NULL
+  AND (id = (CASE WHEN $2 ~ '^[0-9]{1,18}$' THEN $2::bigint END) OR uid = $2)
+LIMIT 1;
+
+-- name: svix_endpoint_ids
+SELECT id FROM endpoints
+WHERE application_id = $1 AND deleted_at IS NULL AND ($2::bigint IS NULL OR id > $2)
+ORDER BY id LIMIT $3;
+
+-- name: svix_message_insert
+INSERT INTO messages (application_id, id, event_id, event_type, payload, channels, tags,
+                      deliver_at)
+VALUES ($1, $2, $3, $4, $5::json, $6, $7, $8)
+ON CONFLICT DO NOTHING
+RETURNING id, event_id, event_type, payload, channels, tags, deliver_at, created_at;
+
+-- name: svix_message_get
+-- A message sent through the Svix API, else an event enqueued another way,
+-- answered from one of its deliveries.
+(SELECT id, event_id, event_type, payload, channels, tags, deliver_at, created_at
+ FROM messages WHERE application_id = $1 AND id = $2)
+UNION ALL
+(SELECT q.event_id AS id, q.event_id, q.event_type, q.payload, NULL::text[], NULL::text[],
+        NULL::timestamptz, q.created_at
+ FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
+ WHERE q.event_id = $2 AND e.application_id = $1
+ ORDER BY q.id LIMIT 1)
+LIMIT 1;
+
+-- name: svix_message_list
+-- Newest first; $2/$3: the iterator (created_at, id) to continue after.
+SELECT id, event_id, event_type, payload, channels, tags, deliver_at, created_at
+FROM messages
+WHERE application_id = $1
+  AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3::text))
+  AND ($5::text[] IS NULL OR event_type = ANY($5))
+  AND ($6::text IS NULL OR $6 = ANY(channels))
+ORDER BY created_at DESC, id DESC LIMIT $4;
+
+-- name: svix_attempts
+-- Newest first; by message ($2) or by endpoint ($3); $4/$5: the iterator.
+SELECT q.id AS delivery_id, q.event_id, q.endpoint_id, e.url, l.measured_at,
+       l.status_code, l.response_ms, l.error
+FROM webhook_queue q
+JOIN endpoints e ON e.id = q.endpoint_id
+JOIN endpoint_latency l ON l.delivery_id = q.id AND l.endpoint_id = q.endpoint_id
+WHERE e.application_id = $1
+  AND ($2::text IS NULL OR q.event_id = $2)
+  AND ($3::bigint IS NULL OR q.endpoint_id = $3)
+  AND ($4::timestamptz IS NULL OR (l.measured_at, q.id) < ($4, $5::bigint))
+ORDER BY l.measured_at DESC, q.id DESC LIMIT $6;
+
+-- name: svix_resend
+-- A delivery sent again now with a fresh attempt budget (Svix: a manual
+-- attempt); a row still waiting is left as it is.
+UPDATE webhook_queue SET status = 'pending', attempt_count = 0, next_attempt_at = now(),
+    updated_at = now(), locked_by = NULL
+WHERE event_id = $1 AND endpoint_id = $2 AND status IN ('delivered', 'dead_letter')
+RETURNING id;
+
+-- name: idempotency_claim
+INSERT INTO idempotency_keys (scope, key, request_hash) VALUES ($1, $2, $3)
+ON CONFLICT DO NOTHING RETURNING 1;
+
+-- name: idempotency_get
+SELECT request_hash, status, body, created_at < now() - interval '24 hours' AS expired
+FROM idempotency_keys WHERE scope = $1 AND key = $2;
+
+-- name: idempotency_finish
+UPDATE idempotency_keys SET status = $3, body = $4 WHERE scope = $1 AND key = $2;
+
+-- name: idempotency_release
+DELETE FROM idempotency_keys WHERE scope = $1 AND key = $2 AND status IS NULL;
+
+-- name: idempotency_expire
+DELETE FROM idempotency_keys WHERE scope = $1 AND key = $2
+  AND created_at < now() - interval '24 hours';
+
+-- name: idempotency_prune
+-- By maintenance, a bounded batch a round, like the latency samples.
+DELETE FROM idempotency_keys
+WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM idempotency_keys WHERE created_at < now() - interval '24 hours'
+    LIMIT $1));

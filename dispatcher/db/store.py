@@ -264,6 +264,7 @@ async def maintain(
         await conn.execute(Q["prune_latency"], window_s, batch)
         await latency.refresh_percentiles(conn, window_s)
         await conn.execute(Q["prune_secrets"])
+        await conn.execute(Q["idempotency_prune"], batch)
     if retention_s is None:
         return cursor
     for _ in range(max_batches):

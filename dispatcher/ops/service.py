@@ -29,6 +29,7 @@ from dispatcher.core.signing import (
     generate_secret,
     generate_signing_key,
     public_key,
+    validate_secret,
 )
 from dispatcher.core.ssrf import TargetPolicy, check_resolved, check_target, parse_target
 from dispatcher.db import Conn, applications, catalog, columns
@@ -220,19 +221,31 @@ async def rotate_secret(
     grace_s: float | None = None,
     box: SecretBox | None = None,
     app: str | None = None,
+    secret: str | None = None,
 ) -> dict[str, Any]:
-    """A new secret of the endpoint's own scheme (HMAC stays HMAC, ed25519
-    stays ed25519); the old one keeps signing alongside it for `grace_s`."""
+    """A new secret (`secret`, or one generated of the endpoint's own scheme:
+    HMAC stays HMAC, ed25519 stays ed25519); the old one keeps signing
+    alongside it for `grace_s`."""
     grace = DEFAULT_GRACE_S if grace_s is None else check_number(grace_s, "grace_s", 0, MAX_GRACE_S)
+    if secret is not None:
+        validate_secret(secret)
     await catalog.check_owner(conn, endpoint_id, app)
     async with conn.transaction():
         current = await catalog.get_endpoint(conn, endpoint_id, lock=True)
         # The stored secret may be sealed: its scheme is that of the plaintext.
-        secret = new_secret(scheme_of(unseal(box, current.sealed_secret)))
+        secret = secret or new_secret(scheme_of(unseal(box, current.sealed_secret)))
         record = await catalog.rotate_secret(conn, endpoint_id, secret, grace, box)
     doc = endpoint_public(record, secret=secret)
     doc["grace_s"] = grace
     return doc
+
+
+async def current_secret(
+    conn: Conn, endpoint_id: int, box: SecretBox | None = None, app: str | None = None
+) -> str:
+    """The secret the endpoint signs with now (the Svix API shows it on request)."""
+    await catalog.check_owner(conn, endpoint_id, app)
+    return unseal(box, (await catalog.get_endpoint(conn, endpoint_id)).sealed_secret)
 
 
 async def list_endpoints(conn: Conn, app: str | None = None) -> list[dict[str, Any]]:

@@ -17,14 +17,10 @@ import contextlib
 import secrets
 import sys
 import time
-from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-import aiohttp.http_exceptions
 import asyncpg
-import orjson
 from aiohttp import web
 
 from dispatcher import db
@@ -33,8 +29,9 @@ from dispatcher.metrics import CONTENT_TYPE, Metrics
 from dispatcher.ops import reports, service, tenancy
 from dispatcher.ops.inputs import spec_from_fields
 from dispatcher.settings import Settings
+from dispatcher.web import idempotency, pages, portal, security, svix
 from dispatcher.web import openapi as oas
-from dispatcher.web import pages, portal, security
+from dispatcher.web.keys import POOL, SETTINGS, read_object
 from dispatcher.web.routes import Access, Handler, Route, add_routes
 from dispatcher.web.security import json_response as _json
 
@@ -64,41 +61,12 @@ class PercentileRefresh:
         return True
 
 
-POOL: web.AppKey[asyncpg.Pool] = web.AppKey("pool", asyncpg.Pool)
-SETTINGS: web.AppKey[Settings] = web.AppKey("settings", Settings)
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics", Metrics)
 REFRESH: web.AppKey[PercentileRefresh] = web.AppKey("percentile_refresh", PercentileRefresh)
 
 
 def _conn(request: web.Request) -> contextlib.AbstractAsyncContextManager[db.Conn]:
     return db.acquire(request.app[POOL])
-
-
-async def _body(request: web.Request, allowed: Collection[str] | None = None) -> dict[str, Any]:
-    """The JSON object a request carries; with `allowed`, no other field."""
-    try:
-        raw = await request.read()
-    except web.HTTPException:
-        raise
-    except (aiohttp.ClientPayloadError, aiohttp.http_exceptions.HttpProcessingError,
-            web.RequestPayloadError, ValueError):  # fmt: skip
-        # A body that does not match its Content-Encoding, or is cut short:
-        # the connection is in no state to carry another request.
-        request[security.BODY_BROKEN] = True
-        raise BadInput("request body cannot be decoded (check Content-Encoding)") from None
-    if not raw:
-        return {}
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise BadInput("request body is not valid JSON") from None
-    if not isinstance(doc, dict):
-        raise BadInput("request body must be a JSON object")
-    if allowed is not None:
-        unknown = sorted(set(doc) - set(allowed))
-        if unknown:
-            raise BadInput(f"unknown field: {unknown[0]}")
-    return doc
 
 
 def _int(value: str, name: str) -> int:
@@ -185,7 +153,7 @@ async def endpoints_list(request: web.Request) -> web.Response:
 
 
 async def endpoints_create(request: web.Request) -> web.Response:
-    body = await _body(request)
+    body = await read_object(request)
     app = _scope(request, body.pop("app", None))
     spec = spec_from_fields(body)
     settings = request.app[SETTINGS]
@@ -209,7 +177,7 @@ async def endpoint_get(request: web.Request) -> web.Response:
 
 async def endpoint_update(request: web.Request) -> web.Response:
     eid = _id(request)
-    patch = await _body(request)
+    patch = await read_object(request)
     _scope(request, patch.get("app"))  # naming another application: 403
     settings = request.app[SETTINGS]
     async with _conn(request) as conn:
@@ -230,7 +198,7 @@ _FLAGS = {"true": True, "1": True, "false": False, "0": False}
 async def endpoint_delete(request: web.Request) -> web.Response:
     """`?force=true` or a body `{"force": true}`: either one forces."""
     eid = _id(request)
-    body = await _body(request, ("force", "app"))
+    body = await read_object(request, ("force", "app"))
     query = request.query.get("force")
     if query is not None and query.lower() not in _FLAGS:
         raise BadInput("force must be true or false")
@@ -253,7 +221,7 @@ def _toggle(enabled: bool) -> Handler:
 
 async def endpoint_rotate(request: web.Request) -> web.Response:
     eid = _id(request)
-    body = await _body(request, ("grace_s", "app"))
+    body = await read_object(request, ("grace_s", "app"))
     app = _scope(request, body.get("app"))
     box = request.app[SETTINGS].secret_box()
     async with _conn(request) as conn:
@@ -263,7 +231,7 @@ async def endpoint_rotate(request: web.Request) -> web.Response:
 
 async def endpoint_test(request: web.Request) -> web.Response:
     eid = _id(request)
-    app = _scope(request, (await _body(request, ("app",))).get("app"))
+    app = _scope(request, (await read_object(request, ("app",))).get("app"))
     async with _conn(request) as conn:
         return _json(await service.send_test_event(conn, eid, app, within_quota=True), 202)
 
@@ -280,7 +248,7 @@ async def endpoints_health(request: web.Request) -> web.Response:
 
 
 async def events_create(request: web.Request) -> web.Response:
-    doc = await _body(request)
+    doc = await read_object(request)
     app = _scope(request, doc.get("app"))
     max_bytes = request.app[SETTINGS].max_payload_bytes
     async with _conn(request) as conn:
@@ -340,7 +308,7 @@ async def dead_letters_analyze(request: web.Request) -> web.Response:
 
 
 async def dead_letters_replay(request: web.Request) -> web.Response:
-    body = await _body(request, ("ids", "endpoint_id", "endpoint", "since", "until", "app"))
+    body = await read_object(request, ("ids", "endpoint_id", "endpoint", "since", "until", "app"))
     if "endpoint" in body and "endpoint_id" in body:
         raise BadInput("give endpoint or endpoint_id, not both")
     app = _scope(request, body.get("app"))
@@ -365,20 +333,20 @@ async def applications_list(request: web.Request) -> web.Response:
 
 
 async def applications_create(request: web.Request) -> web.Response:
-    body = await _body(request, ("id", "name"))
+    body = await read_object(request, ("id", "name"))
     async with _conn(request) as conn:
         return _json(await tenancy.add_application(conn, body.get("id"), body.get("name")), 201)
 
 
 async def application_update(request: web.Request) -> web.Response:
     """Rename, set or clear (null) quotas: the application document."""
-    body = await _body(request, tenancy.APPLICATION_FIELDS)
+    body = await read_object(request, tenancy.APPLICATION_FIELDS)
     async with _conn(request) as conn:
         return _json(await tenancy.update_application(conn, request.match_info["app"], body))
 
 
 async def application_token(request: web.Request) -> web.Response:
-    body = await _body(request, ("ttl_s",))
+    body = await read_object(request, ("ttl_s",))
     async with _conn(request) as conn:
         doc = await tenancy.issue_token(conn, request.match_info["app"], body.get("ttl_s"))
     return _json(doc, 201)
@@ -386,7 +354,7 @@ async def application_token(request: web.Request) -> web.Response:
 
 async def application_portal_link(request: web.Request) -> web.Response:
     """`base_url` defaults to this server's own address as the caller reached it."""
-    body = await _body(request, ("base_url", "ttl_s"))
+    body = await read_object(request, ("base_url", "ttl_s"))
     base = body.get("base_url") or f"{request.scheme}://{request.host}"
     async with _conn(request) as conn:
         doc = await tenancy.portal_link(conn, request.match_info["app"], base, body.get("ttl_s"))
@@ -513,6 +481,7 @@ ROUTES: tuple[Route, ...] = (
           portal.page,             None),
     Route("POST",   "/portal/logout",                       APP,
           portal.logout,           None),
+    *svix.ROUTES,
 )
 # fmt: on
 RULES = security.AccessRules.of(ROUTES)
@@ -521,7 +490,9 @@ OPENAPI = oas.document(ROUTES)
 
 def build_app(settings: Settings, pool: asyncpg.Pool, token: str,
               metrics_: Metrics | None = None) -> web.Application:  # fmt: skip
-    app = web.Application(middlewares=[security.guard], client_max_size=2 * 1024 * 1024)
+    app = web.Application(
+        middlewares=[security.guard, idempotency.middleware], client_max_size=2 * 1024 * 1024
+    )
     resolver = portal.install(app, pool)
     security.install(app, token, resolver, RULES, failures_per_min=settings.auth_failures_per_min)
     app[POOL] = pool

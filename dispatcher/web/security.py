@@ -77,6 +77,35 @@ def json_error(status: int, message: str) -> web.Response:
     return json_response({"error": message}, status)
 
 
+SVIX_PREFIX = "/api/"
+# Svix's error codes by status, for the answers under SVIX_PREFIX.
+_SVIX_CODES = {
+    400: "bad_request",
+    401: "authentication_failed",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    422: "validation",
+    429: "rate_limited",
+    500: "internal_error",
+    503: "unavailable",
+}
+
+
+def error_response(request: web.BaseRequest, status: int, message: str) -> web.Response:
+    """An error in the shape its route family answers: `{"error"}` on ours,
+    `{"code", "detail"}` on the Svix API, where input errors are 422 with a
+    list of details, as the SDKs parse them (SPEC "The Svix-compatible API")."""
+    if not request.path.startswith(SVIX_PREFIX):
+        return json_error(status, message)
+    if status in (400, 422):
+        detail = [{"loc": ["body"], "msg": message, "type": "value_error"}]
+        return json_response({"code": "validation", "detail": detail}, 422)
+    return json_response({"code": _SVIX_CODES.get(status, "error"), "detail": message}, status)
+
+
 class Sessions:
     """Signed-in dashboards: session id → (expiry, CSRF token), in memory.
 
@@ -298,51 +327,53 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not rules.is_open(request.path):
             why = await authenticate(request)
             if why is not None:
-                return json_error(401, why)
+                return error_response(request, 401, why)
             if APP in request and not rules.app_may_call(request):
-                return json_error(403, "an application's credential cannot use this route")
+                return error_response(
+                    request, 403, "an application's credential cannot use this route"
+                )
             csrf = request.get(CSRF)
             if csrf is not None and request.method not in SAFE_METHODS:
                 offered = request.headers.get(CSRF_HEADER, "")
                 ok = hmac.compare_digest(offered.encode("utf-8", "surrogateescape"), csrf.encode())
                 if not ok or not _same_origin(request):
-                    return json_error(403, f"a signed-in page must send {CSRF_HEADER}")
+                    return error_response(request, 403, f"a signed-in page must send {CSRF_HEADER}")
         return await handler(request)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         # aiohttp's own answers (no route, wrong method, body too large) in
         # the same JSON shape as ours, keeping headers such as Allow.
-        response = json_error(exc.status, exc.reason)
+        response = error_response(request, exc.status, exc.reason)
         if "Allow" in exc.headers:
             response.headers["Allow"] = exc.headers["Allow"]
         return response
     except (LockedOut, Throttled) as exc:
-        response = json_error(429, str(exc))
+        response = error_response(request, 429, str(exc))
         response.headers["Retry-After"] = str(exc.retry_after_s)
         return response
     except NotFound as exc:
-        return json_error(404, str(exc))
+        return error_response(request, 404, str(exc))
     except Forbidden as exc:
-        return json_error(403, str(exc))
+        return error_response(request, 403, str(exc))
     except Conflict as exc:
-        return json_error(409, str(exc))
+        return error_response(request, 409, str(exc))
     except (BadInput, TargetRefused) as exc:
-        return json_error(400, str(exc))
+        return error_response(request, 400, str(exc))
     except asyncpg.DataError as exc:
         # The database refused a value (out of range, not representable):
         # the request's fault, not an outage.
-        return json_error(400, f"value not accepted: {db.one_line(exc)}")
+        return error_response(request, 400, f"value not accepted: {db.one_line(exc)}")
     except DispatcherError as exc:
-        return json_error(503, str(exc))
+        return error_response(request, 503, str(exc))
     except db.DATABASE_ERRORS as exc:
         log.event("admin_database_error", logging.WARNING, path=request.path,
                   error=f"{type(exc).__name__}: {db.one_line(exc)}")  # fmt: skip
-        return json_error(503, "database unavailable")
+        return error_response(request, 503, "database unavailable")
     except Exception as exc:
         log.event("admin_internal_error", logging.ERROR, path=request.path,
                   error=f"{type(exc).__name__}: {db.one_line(exc)}"[:300])  # fmt: skip
-        return json_error(500, "internal error")
+        return error_response(request, 500, "internal error")
 
 
 # The sign-in page sends `same-origin` instead: under `no-referrer` a

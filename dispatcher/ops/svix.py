@@ -1,0 +1,274 @@
+"""The operations the Svix-compatible API adds over the service's own.
+
+Svix's routes (web.svix) are another entry point: an endpoint is created,
+changed, disabled or deleted by `service`, an application by `tenancy`,
+exactly as `/v1/` and the CLI do. What lives here is only what Svix has
+and we did not: finding an application or an endpoint by its `uid`, their
+metadata, endpoints' channels, messages (an event with its own record),
+attempts listed per message or per endpoint, and resending.
+
+`scope` everywhere is the caller's application (an application's token or
+portal session), None for the admin: an object of another application is
+NotFound, as on `/v1/`.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from dispatcher.core.errors import BadInput, Conflict, NotFound
+from dispatcher.db import Conn
+from dispatcher.db import svix as store
+from dispatcher.ops import service, tenancy
+from dispatcher.ops.inputs import check_event_type, parse_time, payload_text
+
+UID = re.compile(r"[a-zA-Z0-9_.-]{1,256}")
+_OUR_ID = re.compile(r"[a-z0-9_-]{1,64}")
+
+
+def check_uid(value: Any, what: str = "uid") -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not UID.fullmatch(value) or value.isdigit():
+        raise BadInput(f"{what} must be 1-256 of a-z, A-Z, 0-9, _, . and -, not only digits")
+    return value
+
+
+def check_metadata(value: Any) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise BadInput("metadata must be an object of strings")
+    return value
+
+
+def check_names(value: Any, what: str) -> list[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(
+        isinstance(v, str) and 0 < len(v) <= 128 for v in value
+    ):
+        raise BadInput(f"{what} must be a list of names")
+    if len(value) > 10:
+        raise BadInput(f"{what}: at most 10")
+    return list(dict.fromkeys(value))
+
+
+# ---------------------------------------------------------------- applications
+
+
+async def application(conn: Conn, key: str, scope: str | None) -> dict[str, Any]:
+    """By id or uid; another application's, or none: NotFound."""
+    found = await store.get_app(conn, key)
+    if found is None or (scope is not None and found["id"] != scope):
+        raise NotFound("no such application")
+    return found
+
+
+async def create_application(
+    conn: Conn, body: Mapping[str, Any], *, get_if_exists: bool
+) -> tuple[dict[str, Any], bool]:
+    """The application and whether it is new. A `uid` that fits our id
+    syntax is also its id; otherwise the id is generated."""
+    uid = check_uid(body.get("uid"))
+    name = body.get("name")
+    if not isinstance(name, str) or not 1 <= len(name.strip()) <= 200:
+        raise BadInput("name must be 1-200 characters")
+    metadata = check_metadata(body.get("metadata")) or {}
+    if uid is not None:
+        existing = await store.get_app(conn, uid)
+        if existing is not None:
+            if get_if_exists:
+                return existing, False
+            raise Conflict(f"an application with uid {uid} already exists")
+    app = uid if uid is not None and _OUR_ID.fullmatch(uid) else f"app_{secrets.token_hex(12)}"
+    row = await store.insert_app(conn, app, name.strip(), uid, metadata)
+    if row is None:
+        if uid is not None and app == uid:  # the id is taken (by a deleted one): another id
+            row = await store.insert_app(conn, f"app_{secrets.token_hex(12)}", name, uid, metadata)
+        if row is None:
+            raise Conflict("an application with this id or uid already exists")
+    return row, True
+
+
+async def list_applications(
+    conn: Conn, after: str | None, limit: int, scope: str | None
+) -> list[dict[str, Any]]:
+    return await store.list_apps(conn, after, limit, scope)
+
+
+async def update_application(
+    conn: Conn, key: str, body: Mapping[str, Any], scope: str | None, *, partial: bool
+) -> dict[str, Any]:
+    """PUT (`partial` False: name required, absent uid/metadata cleared) or PATCH."""
+    app = await application(conn, key, scope)
+    name = body.get("name")
+    if name is not None and (not isinstance(name, str) or not 1 <= len(name.strip()) <= 200):
+        raise BadInput("name must be 1-200 characters")
+    if not partial and name is None:
+        raise BadInput("name is required")
+    uid_given = "uid" in body or not partial
+    uid = check_uid(body.get("uid"))
+    metadata = check_metadata(body.get("metadata"))
+    if not partial and metadata is None:
+        metadata = {}
+    row = await store.update_app(
+        conn, app["id"], name=None if name is None else name.strip(),
+        uid=(uid_given, uid), metadata=metadata,
+    )  # fmt: skip
+    if row is None:
+        raise NotFound("no such application")
+    return row
+
+
+async def delete_application(conn: Conn, key: str, scope: str | None) -> None:
+    """Its endpoints deleted (what they had queued dead-lettered, as
+    `endpoint delete --force`), its credentials revoked."""
+    app = await application(conn, key, scope)
+    if app["id"] == tenancy.DEFAULT_APP:
+        raise BadInput("the default application cannot be deleted")
+    async with conn.transaction():
+        for endpoint_id in await store.live_endpoint_ids(conn, app["id"]):
+            await service.delete_endpoint(conn, endpoint_id, True, app["id"])
+        await store.mark_app_deleted(conn, app["id"])
+
+
+# ---------------------------------------------------------------- endpoints
+
+
+async def endpoint_id(conn: Conn, app: str, key: str) -> int:
+    found = await store.resolve_endpoint(conn, app, key)
+    if found is None:
+        raise NotFound("no such endpoint")
+    return found
+
+
+async def with_extras(conn: Conn, docs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Endpoint documents (service.endpoint_public) with uid, metadata and channels."""
+    extras = await store.endpoint_extras(conn, [d["id"] for d in docs])
+    out = []
+    for doc in docs:
+        extra = extras.get(doc["id"], {})
+        out.append({**doc, **{k: extra.get(k) for k in ("uid", "metadata", "channels")}})
+    return out
+
+
+async def set_extras(conn: Conn, endpoint: int, body: Mapping[str, Any], *, replace: bool) -> None:
+    """uid, metadata and channels from a Svix body; `replace` (create, PUT):
+    absent ones are cleared."""
+    uid = check_uid(body.get("uid"))
+    metadata = check_metadata(body.get("metadata"))
+    channels = check_names(body.get("channels"), "channels")
+    await store.set_endpoint_extras(
+        conn, endpoint,
+        uid=("uid" in body or replace, uid),
+        metadata={} if replace and metadata is None else metadata,
+        channels=("channels" in body or replace, channels or None),
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------- messages
+
+
+def new_message_id() -> str:
+    return f"msg_{secrets.token_hex(13)}"
+
+
+async def send_message(
+    conn: Conn,
+    app: str,
+    body: Mapping[str, Any],
+    *,
+    max_payload_bytes: int,
+    within_quota: bool,
+) -> dict[str, Any]:
+    """A message: recorded, and a delivery per endpoint its type, filter
+    and channels select, due at `deliverAt` (now when absent). A repeated
+    `eventId` in the application: Conflict, nothing queued."""
+    event_type = check_event_type(body.get("eventType"))
+    payload = body.get("payload")
+    if not isinstance(payload, dict):
+        raise BadInput("payload must be a JSON object")
+    text = payload_text(payload, max_payload_bytes)
+    given = body.get("eventId")
+    if given is not None and (not isinstance(given, str) or not UID.fullmatch(given)):
+        raise BadInput("eventId must be 1-256 of a-z, A-Z, 0-9, _, . and -")
+    channels = check_names(body.get("channels"), "channels")
+    tags = check_names(body.get("tags"), "tags")
+    deliver_at: datetime | None = None
+    if body.get("deliverAt") is not None:
+        deliver_at = parse_time(body["deliverAt"], "deliverAt")
+    msg_id = given or new_message_id()
+    if within_quota:
+        await service.take_event_quota(conn, app, 1)
+    async with conn.transaction():
+        row = await store.insert_message(
+            conn, app, msg_id, event_id=given, event_type=event_type, payload=text,
+            channels=channels, tags=tags, deliver_at=deliver_at,
+        )  # fmt: skip
+        if row is None:
+            raise Conflict(f"a message with eventId {msg_id} already exists")
+        await store.enqueue_message(conn, app, event_type, text, msg_id, channels, deliver_at)
+    return row
+
+
+async def message(conn: Conn, app: str, key: str) -> dict[str, Any]:
+    found = await store.get_message(conn, app, key)
+    if found is None:
+        raise NotFound("no such message")
+    return found
+
+
+async def resend(conn: Conn, app: str, msg_key: str, endpoint_key: str) -> None:
+    """The message to the endpoint again now: a delivery that ended
+    (delivered or dead) starts over; none yet (subscribed since): a new one."""
+    msg = await message(conn, app, msg_key)
+    endpoint = await endpoint_id(conn, app, endpoint_key)
+    if not await store.resend(conn, msg["id"], endpoint):
+        await store_enqueue_to(conn, app, msg, endpoint)
+
+
+async def store_enqueue_to(conn: Conn, app: str, msg: Mapping[str, Any], endpoint: int) -> None:
+    await service.enqueue(conn, msg["event_type"], msg["payload"], msg["id"], endpoint, app=app)
+
+
+# ---------------------------------------------------------------- lists (newest or lowest first)
+
+
+async def application_exists(conn: Conn, key: str) -> bool:
+    return await store.get_app(conn, key) is not None
+
+
+async def endpoint_ids(conn: Conn, app: str, after: int | None, limit: int) -> list[int]:
+    return await store.endpoint_ids(conn, app, after, limit)
+
+
+async def list_messages(
+    conn: Conn,
+    app: str,
+    after: tuple[datetime, str] | None,
+    limit: int,
+    event_types: list[str] | None,
+    channel: str | None,
+) -> list[dict[str, Any]]:
+    return await store.list_messages(conn, app, after, limit, event_types, channel)
+
+
+async def attempts(
+    conn: Conn,
+    app: str,
+    *,
+    msg_id: str | None,
+    endpoint_id: int | None,
+    after: tuple[datetime, int] | None,
+    limit: int,
+) -> list[dict[str, Any]]:
+    return await store.attempts(
+        conn, app, msg_id=msg_id, endpoint_id=endpoint_id, after=after, limit=limit
+    )
