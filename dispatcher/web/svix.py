@@ -201,6 +201,20 @@ async def _app(request: web.Request, conn: db.Conn) -> dict[str, Any]:
     return await ops.application(conn, request.match_info["app_id"], own)
 
 
+async def _app_or_new(request: web.Request, conn: db.Conn) -> dict[str, Any]:
+    """`_app`, or for the admin, when the body carries an `application`
+    (Svix: sending a message or a portal link may create it), that one
+    made with the path as its uid."""
+    given = request.get(BODY, {}).get("application")
+    key = request.match_info["app_id"]
+    if given is None or _scope(request) is not None or await ops.application_exists(conn, key):
+        return await _app(request, conn)
+    if not isinstance(given, dict):
+        raise BadInput("application must be an object")
+    row, _ = await ops.create_application(conn, {**given, "uid": key}, get_if_exists=True)
+    return row
+
+
 async def apps_list(request: web.Request) -> web.Response:
     limit = _limit(request)
     after = _iterator(request)
@@ -447,7 +461,7 @@ async def messages_create(request: web.Request) -> web.Response:
     body = await _body(request)
     max_bytes = request.app[SETTINGS].max_payload_bytes
     async with _conn(request) as conn:
-        app = await _app(request, conn)
+        app = await _app_or_new(request, conn)
         row = await ops.send_message(
             conn, app["id"], body, max_payload_bytes=max_bytes, within_quota=True
         )
@@ -528,7 +542,7 @@ async def portal_access(request: web.Request) -> web.Response:
     body = await _body(request)
     base = f"{request.scheme}://{request.host}"
     async with _conn(request) as conn:
-        app = await _app(request, conn)
+        app = await _app_or_new(request, conn)
         doc = await tenancy.portal_link(conn, app["id"], base, body.get("expiry"))
     return _json({"url": doc["url"], "token": doc["code"]})
 

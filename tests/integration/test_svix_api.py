@@ -301,3 +301,14 @@ async def test_health_is_open(api: Api) -> None:
     async with aiohttp.ClientSession() as anon, anon.get(api.base + "/api/v1/health") as r:
         assert r.status == 204
     await asyncio.sleep(0)
+
+
+async def test_a_message_may_create_its_application(api: Api) -> None:
+    body = {"eventType": "t", "payload": {}, "application": {"name": "Born"}}
+    msg = await api.ok("POST", "/api/v1/app/born/msg", body)
+    assert msg["eventType"] == "t"
+    app = await api.ok("GET", "/api/v1/app/born")
+    assert (app["id"], app["uid"], app["name"]) == ("born", "born", "Born")
+    # Without "application", an unknown application is 404 and nothing is made.
+    status, _ = await api.call("POST", "/api/v1/app/unborn/msg", {"eventType": "t", "payload": {}})
+    assert status == 404 and (await api.call("GET", "/api/v1/app/unborn"))[0] == 404
