@@ -50,6 +50,7 @@ class Refresher:
         self._holding = holding  # (rows in flight, outcomes not yet written)
         self.workers = 1  # live workers sharing each endpoint's limits
         self.clock_offset = 0.0  # the database's clock minus ours, for breaker decisions
+        self.ops_webhooks: frozenset[int] = frozenset()  # their ids, for the recorder
 
     def db_now(self) -> float:
         """Epoch seconds on the database's clock."""
@@ -65,6 +66,7 @@ class Refresher:
             )  # fmt: skip
             db_now, states = await store.engine_endpoints(conn, self._box)
         self.workers = len(workers)
+        self.ops_webhooks = frozenset(s.endpoint.id for s in states if s.ops)
         if states:
             self.clock_offset = db_now - time.time()
         index = workers.index(self._worker)

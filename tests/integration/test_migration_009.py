@@ -52,7 +52,7 @@ async def test_migration_009_clamps_sets_aside_and_scrubs(empty_db_url: str) -> 
             f"ServerDisconnectedError: {LEAKY}",
         )
 
-        assert await db.migrate(conn) == ["009_limits.sql"]
+        assert await db.migrate(conn, upto=9) == ["009_limits.sql"]
 
         row = await conn.fetchrow("SELECT * FROM endpoints WHERE id = $1", huge)
         assert (row["rate_per_s"], row["burst"], row["max_in_flight"], row["timeout_ms"],
@@ -81,6 +81,6 @@ async def test_migration_009_clamps_sets_aside_and_scrubs(empty_db_url: str) -> 
         )
         assert "CLICK-SECRET" not in dumped and "victim" not in dumped and "<b>" not in dumped
         assert await conn.fetchval("SELECT count(*) FROM webhook_queue") == 5
-        assert await db.migrate(conn) == []
+        assert await db.migrate(conn, upto=9) == []
     finally:
         await conn.close()
