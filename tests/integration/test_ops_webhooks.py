@@ -20,7 +20,7 @@ from dispatcher.core.models import EndpointSpec
 from dispatcher.core.signing import generate_secret
 from dispatcher.ops import opswebhooks, reports, service, tenancy
 from dispatcher.worker.engine import Engine
-from tests.helpers import add_endpoint, drain, engine
+from tests.helpers import FAST, add_endpoint, admin_api, drain, engine
 from tests.receivers import Received, Receiver, sequence, status
 
 WAIT_S = 20.0  # a bound, not a measurement: events arrive within seconds
@@ -257,3 +257,40 @@ async def test_an_ops_webhook_document(conn: asyncpg.Connection, receiver: Recei
     assert await opswebhooks.list_webhooks(conn) == []
     with pytest.raises(BadInput, match="not an operational event type"):
         await opswebhooks.add(conn, receiver.url("/o"), event_types=["order.created"])
+
+
+async def test_the_admin_api_manages_them_and_announces_endpoint_changes(
+    conn: asyncpg.Connection, db_url: str, receiver: Receiver
+) -> None:
+    await tenancy.add_application(conn, "acme")
+    token = (await tenancy.issue_token(conn, "acme"))["token"]
+    async with admin_api(db_url, FAST) as (http, base):
+        async with http.post(f"{base}/v1/ops-webhooks", json={"url": receiver.url("/op")}) as r:
+            assert r.status == 201
+            operator = await r.json()
+        acme_auth = {"Authorization": f"Bearer {token}"}
+        body = {"url": receiver.url("/acme"), "event_types": ["endpoint.updated"]}
+        async with http.post(f"{base}/v1/ops-webhooks", json=body, headers=acme_auth) as r:
+            assert r.status == 201
+            acme = await r.json()
+        assert (operator["app"], acme["app"]) == (None, "acme")
+        async with http.post(f"{base}/v1/endpoints", json={"url": receiver.url("/x"),
+                                                           "app": "acme"}) as r:  # fmt: skip
+            assert r.status == 201
+            eid = (await r.json())["id"]
+        async with http.patch(f"{base}/v1/endpoints/{eid}", json={"name": "x"}) as r:
+            assert r.status == 200
+        async with http.delete(f"{base}/v1/endpoints/{eid}") as r:
+            assert r.status == 200
+        async with http.get(f"{base}/v1/ops-webhooks/{operator['id']}", headers=acme_auth) as r:
+            assert r.status == 404
+        async with http.patch(f"{base}/v1/ops-webhooks/{acme['id']}",
+                              json={"event_types": ["order.created"]}) as r:  # fmt: skip
+            assert r.status == 400
+            assert "not an operational event type" in (await r.json())["error"]
+    await drain(db_url)
+    op = [verified(g, operator["secret"]) for g in receiver.requests_to("/op")]
+    assert [d["type"] for d in op] == ["endpoint.created", "endpoint.updated", "endpoint.deleted"]
+    assert {(d["data"]["appId"], d["data"]["endpointId"]) for d in op} == {("acme", str(eid))}
+    [updated] = [verified(g, acme["secret"]) for g in receiver.requests_to("/acme")]
+    assert updated["type"] == "endpoint.updated"
