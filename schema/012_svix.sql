@@ -41,6 +41,11 @@ CREATE TABLE messages (
 );
 CREATE INDEX messages_created_idx ON messages (application_id, created_at, id);
 
+-- When a delivery was last sent again by hand (Svix's resend): its
+-- attempts from then on are "manual". Nullable, so adding it rewrites
+-- nothing, and the delivery path never writes it.
+ALTER TABLE webhook_queue ADD COLUMN resent_at timestamptz;
+
 -- An idempotency key's first answer, per caller (the admin, or one
 -- application), kept 24 h. `status` NULL: the first request is still running.
 CREATE TABLE idempotency_keys (
@@ -54,7 +59,8 @@ CREATE TABLE idempotency_keys (
 );
 CREATE INDEX idempotency_keys_created_idx ON idempotency_keys USING brin (created_at);
 
--- dispatcher_enqueue_app (008) with channels and a delivery time. The old
+-- dispatcher_enqueue_app (011: targets of kind 'webhook' only) with
+-- channels and a delivery time. The old
 -- signature goes: one function, so that named arguments resolve.
 DROP FUNCTION dispatcher_enqueue_app(text, text, json, text, bigint);
 CREATE FUNCTION dispatcher_enqueue_app(
@@ -80,7 +86,7 @@ BEGIN
         SELECT e.id, e.max_attempts,
                dispatcher_order_key(e.ordering, e.ordering_key, p_payload) AS order_key
         FROM endpoints e
-        WHERE e.deleted_at IS NULL AND e.application_id = p_app
+        WHERE e.deleted_at IS NULL AND e.application_id = p_app AND e.kind = 'webhook'
           AND CASE WHEN p_endpoint_id IS NULL
                    THEN e.enabled AND (e.event_types @> ARRAY[p_event_type] OR e.event_types @> '{*}')
                         AND dispatcher_filter_passes(e.filter, p_payload)
@@ -100,7 +106,8 @@ BEGIN
            AND NOT (p_event_id IS NOT NULL
                     AND EXISTS (SELECT 1 FROM webhook_queue q
                                 JOIN endpoints o ON o.id = q.endpoint_id
-                                WHERE q.event_id = v_event_id AND o.application_id = p_app))
+                                WHERE q.event_id = v_event_id AND o.application_id = p_app
+                                  AND o.kind = 'webhook'))
     INTO v_ids, v_targets, v_new
     FROM ins;
     IF v_targets = 0 THEN
@@ -109,7 +116,7 @@ BEGIN
         END IF;
         IF p_endpoint_id IS NOT NULL AND EXISTS (
             SELECT 1 FROM endpoints WHERE id = p_endpoint_id AND deleted_at IS NULL
-              AND application_id <> p_app) THEN
+              AND kind = 'webhook' AND application_id <> p_app) THEN
             RAISE EXCEPTION 'endpoint % is not in application %', p_endpoint_id, p_app
                 USING ERRCODE = '22023';
         END IF;
@@ -120,9 +127,25 @@ BEGIN
     SELECT coalesce(array_agg(q.id ORDER BY q.id), '{}') INTO v_ids
     FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
     WHERE q.event_id = v_event_id
-      AND e.deleted_at IS NULL AND e.application_id = p_app
+      AND e.deleted_at IS NULL AND e.application_id = p_app AND e.kind = 'webhook'
       AND CASE WHEN p_endpoint_id IS NULL
                THEN e.event_types @> ARRAY[p_event_type] OR e.event_types @> '{*}'
                ELSE e.id = p_endpoint_id END;
     RETURN v_ids;
 END $$;
+
+-- Workers refresh their endpoints when one changes (a rotated secret signs
+-- the next request, not the one after the next refresh). Per row, so a
+-- statement that changes nothing (maintenance's prune of expired secrets)
+-- wakes no one; the delivery path never writes these tables, and one
+-- transaction's notifications fold into one.
+CREATE FUNCTION dispatcher_endpoints_changed() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('dispatcher_endpoints', '');
+    RETURN NULL;
+END $$;
+CREATE TRIGGER endpoints_changed AFTER INSERT OR UPDATE OR DELETE ON endpoints
+    FOR EACH ROW EXECUTE FUNCTION dispatcher_endpoints_changed();
+CREATE TRIGGER endpoint_secrets_changed AFTER INSERT OR UPDATE OR DELETE ON endpoint_secrets
+    FOR EACH ROW EXECUTE FUNCTION dispatcher_endpoints_changed();

@@ -22,6 +22,7 @@ from dispatcher.cli.dbcommands import cmd_db_status, cmd_db_stop, cmd_db_url
 from dispatcher.cli.eventtypes import add_event_type_commands
 from dispatcher.cli.format import print_table
 from dispatcher.cli.help import ENDPOINT_FLAGS, OVERVIEW, SHAPING_FLAGS
+from dispatcher.cli.opswebhooks import add_ops_webhook_commands
 from dispatcher.cli.run import cmd_bench, cmd_demo, cmd_run, cmd_serve
 from dispatcher.core.errors import BadInput, DispatcherError
 from dispatcher.core.models import EndpointSpec
@@ -391,6 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_app_commands(cmd, group)
     add_event_type_commands(cmd, group)
+    add_ops_webhook_commands(cmd, group)
 
     dbs = group("db", "the embedded PostgreSQL (used when DATABASE_URL is unset)")
     cmd("status", cmd_db_status, dbs, help="embedded or not, running or not, its URL and data")

@@ -191,3 +191,19 @@ class FailedAttempt:
 def as_dict(row: Any) -> dict[str, Any]:
     """A row as a JSON-ready dict (for the entry points' renderers)."""
     return asdict(row)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OpsWebhook:
+    """A stored operational webhook (schema 011); its secret stays sealed."""
+
+    id: int
+    url: str
+    sealed_secret: str
+    app: str | None  # None: the operator's, told about every application
+    event_types: tuple[str, ...]  # ("*",): every type
+    description: str | None
+    enabled: bool
+    disabled_reason: str | None
+    created_at: datetime
+    updated_at: datetime

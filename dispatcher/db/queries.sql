@@ -108,9 +108,11 @@ INSERT INTO breaker_transitions (endpoint_id, from_state, to_state, cooldown_sec
 SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::float8[]);
 
 -- name: disable_gone
+-- Returns the endpoints this statement disabled: only they get endpoint.disabled.
 UPDATE endpoints SET enabled = false, disabled_reason = '410 Gone from receiver',
        updated_at = now()
-WHERE id = ANY($1::bigint[]) AND enabled;
+WHERE id = ANY($1::bigint[]) AND enabled
+RETURNING id;
 
 -- name: begin_probe
 -- Exactly one worker wins the half-open probe; a prober that died is
@@ -133,7 +135,7 @@ SELECT e.id, e.url, e.secret, e.event_types, e.rate_per_s, e.burst, e.max_in_fli
        e.timeout_ms, e.max_attempts, e.retry_base_ms, e.retry_cap_ms,
        e.failure_threshold, e.cooldown_s, e.enabled, e.headers, e.method, e.body,
        e.success_body, e.filter, e.ordering, e.ordering_key, e.client_cert, e.client_key,
-       e.application_id,
+       e.application_id, e.kind,
        coalesce(
            (SELECT array_agg(s.secret ORDER BY s.expires_at DESC) FROM endpoint_secrets s
             WHERE s.endpoint_id = e.id AND s.expires_at > now()),
@@ -156,18 +158,20 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $
 RETURNING *;
 
 -- name: list_endpoints
+-- Ops webhooks (kind 'ops', schema 011) are endpoints to the worker only:
+-- every read of endpoints a user sees asks for kind 'webhook'.
 SELECT * FROM endpoints
-WHERE deleted_at IS NULL AND ($1::text IS NULL OR application_id = $1)
+WHERE deleted_at IS NULL AND kind = 'webhook' AND ($1::text IS NULL OR application_id = $1)
 ORDER BY id;
 
 -- name: endpoint_application
-SELECT application_id FROM endpoints WHERE id = $1 AND deleted_at IS NULL;
+SELECT application_id FROM endpoints WHERE id = $1 AND deleted_at IS NULL AND kind = 'webhook';
 
 -- name: get_endpoint
-SELECT * FROM endpoints WHERE id = $1 AND deleted_at IS NULL;
+SELECT * FROM endpoints WHERE id = $1 AND deleted_at IS NULL AND kind = 'webhook';
 
 -- name: lock_endpoint
-SELECT * FROM endpoints WHERE id = $1 AND deleted_at IS NULL FOR UPDATE;
+SELECT * FROM endpoints WHERE id = $1 AND deleted_at IS NULL AND kind = 'webhook' FOR UPDATE;
 
 -- name: set_enabled
 UPDATE endpoints
@@ -192,7 +196,8 @@ RETURNING *;
 DELETE FROM endpoint_secrets WHERE expires_at <= now();
 
 -- name: endpoint_ids
-SELECT id, application_id FROM endpoints WHERE id = ANY($1::bigint[]) AND deleted_at IS NULL;
+SELECT id, application_id FROM endpoints
+WHERE id = ANY($1::bigint[]) AND deleted_at IS NULL AND kind = 'webhook';
 
 -- name: application_ids
 SELECT id FROM applications WHERE id = ANY($1::text[]);
@@ -216,7 +221,7 @@ WITH ins AS (
     FROM dispatcher_stage s
     -- A line without an application is the default's; one with an endpoint
     -- id goes to that endpoint (the caller checked it is the line's application's).
-    JOIN endpoints e ON e.deleted_at IS NULL AND CASE WHEN s.endpoint_id IS NULL
+    JOIN endpoints e ON e.deleted_at IS NULL AND e.kind = 'webhook' AND CASE WHEN s.endpoint_id IS NULL
         THEN e.application_id = coalesce(s.application_id, 'default') AND e.enabled
              AND (e.event_types @> ARRAY[s.event_type] OR e.event_types @> '{*}')
              AND dispatcher_filter_passes(e.filter, s.payload::json)
@@ -306,7 +311,7 @@ SELECT e.id AS endpoint_id, e.application_id AS app, e.name, e.url, e.enabled, h
        round(h.successes_last_hour::numeric / nullif(h.attempts_last_hour, 0), 4)::float8
            AS success_rate_last_hour
 FROM endpoints e JOIN endpoint_health h ON h.endpoint_id = e.id
-WHERE e.deleted_at IS NULL AND ($1::text IS NULL OR e.application_id = $1)
+WHERE e.deleted_at IS NULL AND e.kind = 'webhook' AND ($1::text IS NULL OR e.application_id = $1)
 ORDER BY e.id;
 
 -- name: dead_letters_by_endpoint
@@ -611,7 +616,8 @@ RETURNING id, name, created_at;
 -- retrying, in flight), counted from the claim index per endpoint.
 SELECT a.id, a.name, a.created_at, a.max_endpoints, a.max_events_per_s,
        (SELECT count(*) FROM endpoints e
-        WHERE e.application_id = a.id AND e.deleted_at IS NULL) AS endpoints,
+        WHERE e.application_id = a.id AND e.deleted_at IS NULL AND e.kind = 'webhook')
+           AS endpoints,
        (SELECT count(*) FROM endpoints e JOIN webhook_queue q ON q.endpoint_id = e.id
         WHERE e.application_id = a.id AND q.status IN ('pending', 'failed', 'in_flight'))
            AS queue_depth
@@ -637,7 +643,8 @@ RETURNING id, name, max_endpoints, max_events_per_s;
 SELECT max_endpoints FROM applications WHERE id = $1 FOR NO KEY UPDATE;
 
 -- name: live_endpoint_count
-SELECT count(*) FROM endpoints WHERE application_id = $1 AND deleted_at IS NULL;
+SELECT count(*) FROM endpoints
+WHERE application_id = $1 AND deleted_at IS NULL AND kind = 'webhook';
 
 -- name: take_event_tokens
 -- The events quota (schema 009): $2 tokens from the bucket of application
@@ -744,7 +751,8 @@ WHERE id = $1
 RETURNING id, uid, name, metadata, created_at, updated_at;
 
 -- name: svix_app_live_endpoints
-SELECT id FROM endpoints WHERE application_id = $1 AND deleted_at IS NULL ORDER BY id;
+SELECT id FROM endpoints WHERE application_id = $1 AND deleted_at IS NULL AND kind = 'webhook'
+ORDER BY id;
 
 -- name: svix_app_delete
 -- Its endpoints were deleted first (the service's rule); what still refers
@@ -768,13 +776,14 @@ RETURNING id;
 
 -- name: svix_endpoint_resolve
 SELECT id FROM endpoints
-WHERE application_id = $1 AND deleted_at IS NULL
+WHERE application_id = $1 AND deleted_at IS NULL AND kind = 'webhook'
   AND (id = (CASE WHEN $2 ~ '^[0-9]{1,18}$' THEN $2::bigint END) OR uid = $2)
 LIMIT 1;
 
 -- name: svix_endpoint_ids
 SELECT id FROM endpoints
-WHERE application_id = $1 AND deleted_at IS NULL AND ($2::bigint IS NULL OR id > $2)
+WHERE application_id = $1 AND deleted_at IS NULL AND kind = 'webhook'
+  AND ($2::bigint IS NULL OR id > $2)
 ORDER BY id LIMIT $3;
 
 -- name: svix_message_insert
@@ -793,7 +802,7 @@ UNION ALL
 (SELECT q.event_id AS id, q.event_id, q.event_type, q.payload, NULL::text[], NULL::text[],
         NULL::timestamptz, q.created_at
  FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
- WHERE q.event_id = $2 AND e.application_id = $1
+ WHERE q.event_id = $2 AND e.application_id = $1 AND e.kind = 'webhook'
  ORDER BY q.id LIMIT 1)
 LIMIT 1;
 
@@ -810,11 +819,11 @@ ORDER BY created_at DESC, id DESC LIMIT $4;
 -- name: svix_attempts
 -- Newest first; by message ($2) or by endpoint ($3); $4/$5: the iterator.
 SELECT q.id AS delivery_id, q.event_id, q.endpoint_id, e.url, l.measured_at,
-       l.status_code, l.response_ms, l.error
+       l.status_code, l.response_ms, l.error, q.resent_at
 FROM webhook_queue q
 JOIN endpoints e ON e.id = q.endpoint_id
 JOIN endpoint_latency l ON l.delivery_id = q.id AND l.endpoint_id = q.endpoint_id
-WHERE e.application_id = $1
+WHERE e.application_id = $1 AND e.kind = 'webhook'
   AND ($2::text IS NULL OR q.event_id = $2)
   AND ($3::bigint IS NULL OR q.endpoint_id = $3)
   AND ($4::timestamptz IS NULL OR (l.measured_at, q.id) < ($4, $5::bigint))
@@ -824,9 +833,12 @@ ORDER BY l.measured_at DESC, q.id DESC LIMIT $6;
 -- A delivery sent again now with a fresh attempt budget (Svix: a manual
 -- attempt); a row still waiting is left as it is.
 UPDATE webhook_queue SET status = 'pending', attempt_count = 0, next_attempt_at = now(),
-    updated_at = now(), locked_by = NULL
+    updated_at = now(), locked_by = NULL, resent_at = now()
 WHERE event_id = $1 AND endpoint_id = $2 AND status IN ('delivered', 'dead_letter')
 RETURNING id;
+
+-- name: svix_mark_resent
+UPDATE webhook_queue SET resent_at = now() WHERE event_id = $1 AND endpoint_id = $2;
 
 -- name: idempotency_claim
 INSERT INTO idempotency_keys (scope, key, request_hash) VALUES ($1, $2, $3)
@@ -921,3 +933,50 @@ WHERE name = $1
                                          WHERE id = $3 AND deleted_at IS NULL), 'default'))
 ORDER BY application_id NULLS LAST
 LIMIT 1;
+-- ---------------------------------------------------------------- operational webhooks
+
+-- name: ops_emit
+-- Operational events, a batch in one statement (schema 011): the recorder
+-- runs it in its flush's transaction, the service in the change's.
+SELECT dispatcher_ops_emit($1::text[], $2::bigint[], $3::bigint[], $4::jsonb[]);
+
+-- name: insert_ops_webhook
+-- $5: the application (default for the operator's), $6: its scope.
+INSERT INTO endpoints (url, secret, event_types, description, application_id, kind, ops_scope)
+VALUES ($1, $2, $3, $4, $5, 'ops', $6)
+RETURNING *;
+
+-- name: list_ops_webhooks
+-- $1: one application's; $2: the operator's only; neither: all.
+SELECT * FROM endpoints
+WHERE kind = 'ops' AND deleted_at IS NULL
+  AND ($1::text IS NULL OR (ops_scope = 'app' AND application_id = $1))
+  AND (NOT $2::boolean OR ops_scope = 'operator')
+ORDER BY id;
+
+-- name: get_ops_webhook
+SELECT * FROM endpoints WHERE id = $1 AND kind = 'ops' AND deleted_at IS NULL;
+
+-- name: update_ops_webhook
+UPDATE endpoints
+SET url = $2, event_types = $3, description = $4, enabled = $5,
+    disabled_reason = CASE WHEN $5 THEN NULL ELSE coalesce(disabled_reason, 'disabled by user') END,
+    updated_at = now()
+WHERE id = $1 AND kind = 'ops' AND deleted_at IS NULL
+RETURNING *;
+
+-- name: delete_ops_webhook
+-- What it still had queued dies with it (nothing would send it), then the
+-- row is deleted softly like an endpoint's: in-flight outcomes still land.
+WITH dead AS (
+    UPDATE webhook_queue
+    SET status = 'dead_letter', last_error = 'endpoint deleted', locked_by = NULL,
+        updated_at = now()
+    WHERE endpoint_id = $1 AND status IN ('pending', 'failed', 'in_flight')
+      AND EXISTS (SELECT 1 FROM endpoints
+                  WHERE id = $1 AND kind = 'ops' AND deleted_at IS NULL)
+)
+UPDATE endpoints
+SET deleted_at = now(), enabled = false, disabled_reason = 'deleted', updated_at = now()
+WHERE id = $1 AND kind = 'ops' AND deleted_at IS NULL
+RETURNING *;

@@ -15,10 +15,11 @@ import asyncpg
 
 from dispatcher.core.breaker import Breaker, BreakerState, effective_threshold
 from dispatcher.core.models import Delivery, Endpoint, Outcome, out_of_range
+from dispatcher.core.opsevents import OpsEvent
 from dispatcher.core.secretbox import PREFIX as SEALED
 from dispatcher.core.secretbox import SecretBox, SecretUnreadable, unseal
 from dispatcher.core.tablehealth import HOT_TABLES, TableHealth
-from dispatcher.db import MAINTENANCE_LOCK, Conn, Q, latency
+from dispatcher.db import MAINTENANCE_LOCK, Conn, Q, latency, opswebhooks
 from dispatcher.db.columns import settings_from_row, unseal_headers
 
 VACUUM_LOCK = MAINTENANCE_LOCK + 1
@@ -54,6 +55,7 @@ class EndpointState(NamedTuple):
     p95_ms: float | None
     paused_for_s: float
     broken: str | None = None  # why this row cannot be sent to, if it cannot
+    ops: bool = False  # an operational webhook (schema 011), not a customer's endpoint
 
 
 def _decoded(
@@ -108,7 +110,13 @@ async def engine_endpoints(
             sealed_opened += r["secret"].startswith(SEALED)
         out.append(
             EndpointState(
-                endpoint, breaker, r["probe_owner"], r["p95_ms"], r["paused_for_s"] or 0.0, broken
+                endpoint,
+                breaker,
+                r["probe_owner"],
+                r["p95_ms"],
+                r["paused_for_s"] or 0.0,
+                broken,
+                r["kind"] == "ops",
             )
         )
     if sealed_failed is not None and not sealed_opened and (box is not None or not readable):
@@ -216,8 +224,14 @@ async def record_transitions(conn: Conn, transitions: list[tuple[int, str, str, 
         await conn.execute(Q["record_transitions"], *[list(c) for c in cols])
 
 
-async def disable_gone(conn: Conn, endpoint_ids: list[int]) -> None:
-    await conn.execute(Q["disable_gone"], endpoint_ids)
+async def disable_gone(conn: Conn, endpoint_ids: list[int]) -> list[int]:
+    """Disables these endpoints; returns those that were enabled until now."""
+    return [r[0] for r in await conn.fetch(Q["disable_gone"], endpoint_ids)]
+
+
+async def ops_emit(conn: Conn, events: list[OpsEvent]) -> None:
+    """Operational events of a flush, queued in its transaction (one statement)."""
+    await opswebhooks.emit(conn, events)
 
 
 async def begin_probe(conn: Conn, endpoint_id: int, worker: str, stale_after_s: float) -> bool:

@@ -179,6 +179,10 @@ async def resend(conn: Conn, msg_id: str, endpoint_id: int) -> bool:
     return await conn.fetchval(Q["svix_resend"], msg_id, endpoint_id) is not None
 
 
+async def mark_resent(conn: Conn, msg_id: str, endpoint_id: int) -> None:
+    await conn.execute(Q["svix_mark_resent"], msg_id, endpoint_id)
+
+
 # ---------------------------------------------------------------- idempotency keys
 
 

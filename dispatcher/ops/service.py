@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from dispatcher.core import opsevents
 from dispatcher.core.errors import BadInput, Throttled
 from dispatcher.core.models import SETTING_NAMES, EndpointSpec
 from dispatcher.core.rows import EndpointRecord
@@ -32,7 +33,7 @@ from dispatcher.core.signing import (
     validate_secret,
 )
 from dispatcher.core.ssrf import TargetPolicy, check_resolved, check_target, parse_target
-from dispatcher.db import Conn, applications, catalog, columns
+from dispatcher.db import Conn, applications, catalog, columns, opswebhooks
 from dispatcher.ops.eventtypes import validate_events, validate_payload
 from dispatcher.ops.inputs import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -147,8 +148,17 @@ async def add_endpoint(
         raise BadInput(f"a header value {HEADER_MASK} only keeps a stored value in an update")
     secret = spec.secret or new_secret(signature)
     app = check_app(app or DEFAULT_APP)
-    record = await catalog.add_endpoint(conn, spec, secret, box, app, within_quota=within_quota)
+    async with conn.transaction():
+        record = await catalog.add_endpoint(conn, spec, secret, box, app, within_quota=within_quota)
+        await _announce(conn, opsevents.ENDPOINT_CREATED, record.id)
     return endpoint_public(record, secret=secret)
+
+
+async def _announce(conn: Conn, event_type: str, endpoint_id: int, **extra: Any) -> None:
+    """An endpoint.* operational event, in the change's own transaction:
+    queued if and only if the change commits."""
+    event = opsevents.OpsEvent(event_type, endpoint_id, extra=extra or None)
+    await opswebhooks.emit(conn, [event])
 
 
 async def update_endpoint(
@@ -190,6 +200,7 @@ async def update_endpoint(
         if "headers" in patch:
             stored = _patched_headers(current.headers, spec.headers, box)
         record = await catalog.update_endpoint(conn, endpoint_id, spec, stored, box)
+        await _announce(conn, opsevents.ENDPOINT_UPDATED, endpoint_id)
     return endpoint_public(record)
 
 
@@ -213,7 +224,14 @@ async def set_enabled(
 ) -> dict[str, Any]:
     """Stops or resumes deliveries to an endpoint; nothing queued is lost."""
     await catalog.check_owner(conn, endpoint_id, app)
-    return endpoint_public(await catalog.set_enabled(conn, endpoint_id, enabled))
+    async with conn.transaction():
+        record = await catalog.set_enabled(conn, endpoint_id, enabled)
+        if enabled:
+            await _announce(conn, opsevents.ENDPOINT_ENABLED, endpoint_id)
+        else:
+            await _announce(conn, opsevents.ENDPOINT_DISABLED, endpoint_id,
+                            reason=opsevents.OPERATOR)  # fmt: skip
+    return endpoint_public(record)
 
 
 async def rotate_secret(
@@ -272,7 +290,9 @@ async def delete_endpoint(
     if not isinstance(force, bool):
         raise BadInput("force must be true or false")
     await catalog.check_owner(conn, endpoint_id, app)
-    record, dead = await catalog.delete_endpoint(conn, endpoint_id, force=force)
+    async with conn.transaction():
+        record, dead = await catalog.delete_endpoint(conn, endpoint_id, force=force)
+        await _announce(conn, opsevents.ENDPOINT_DELETED, endpoint_id)
     return {"id": record.id, "url": record.url, "deleted": True, "dead_lettered": dead}
 
 

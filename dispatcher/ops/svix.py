@@ -237,7 +237,9 @@ async def resend(conn: Conn, app: str, msg_key: str, endpoint_key: str) -> None:
 
 
 async def store_enqueue_to(conn: Conn, app: str, msg: Mapping[str, Any], endpoint: int) -> None:
-    await service.enqueue(conn, msg["event_type"], msg["payload"], msg["id"], endpoint, app=app)
+    async with conn.transaction():
+        await service.enqueue(conn, msg["event_type"], msg["payload"], msg["id"], endpoint, app=app)
+        await store.mark_resent(conn, msg["id"], endpoint)
 
 
 # ---------------------------------------------------------------- lists (newest or lowest first)

@@ -26,7 +26,7 @@ from aiohttp import web
 from dispatcher import db
 from dispatcher.core.errors import BadInput, Forbidden
 from dispatcher.metrics import CONTENT_TYPE, Metrics
-from dispatcher.ops import eventtypes, reports, service, tenancy
+from dispatcher.ops import eventtypes, opswebhooks, reports, service, tenancy
 from dispatcher.ops.inputs import spec_from_fields
 from dispatcher.settings import Settings
 from dispatcher.web import idempotency, pages, portal, security, svix
@@ -414,6 +414,51 @@ async def application_portal_link(request: web.Request) -> web.Response:
     return _json(doc, 201)
 
 
+# ---------------------------------------------------------------- operational webhooks
+# The admin's: the operator's (no "app") or any application's; an
+# application's credential: its own application's only (SPEC "Operational
+# webhooks"), the operator's reading as missing.
+
+_OPS_FIELDS = ("url", "event_types", "app", "secret", "description")
+
+
+async def ops_webhooks_list(request: web.Request) -> web.Response:
+    async with _conn(request) as conn:
+        return _json(await opswebhooks.list_webhooks(conn, _scope(request)))
+
+
+async def ops_webhooks_create(request: web.Request) -> web.Response:
+    body = await read_object(request, _OPS_FIELDS)
+    settings = request.app[SETTINGS]
+    async with _conn(request) as conn:
+        doc = await opswebhooks.add(
+            conn, body.get("url"), event_types=body.get("event_types"),
+            app=_scope(request, body.get("app")), secret=body.get("secret"),
+            description=body.get("description"), box=settings.secret_box(),
+            targets=settings.target_policy(),
+        )  # fmt: skip
+    return _json(doc, 201)
+
+
+async def ops_webhook_get(request: web.Request) -> web.Response:
+    async with _conn(request) as conn:
+        return _json(await opswebhooks.get(conn, _id(request), _scope(request)))
+
+
+async def ops_webhook_update(request: web.Request) -> web.Response:
+    wid = _id(request)
+    patch = await read_object(request, (*opswebhooks.FIELDS, "app"))
+    app = _scope(request, patch.get("app"))
+    targets = request.app[SETTINGS].target_policy()
+    async with _conn(request) as conn:
+        return _json(await opswebhooks.update(conn, wid, patch, app=app, targets=targets))
+
+
+async def ops_webhook_delete(request: web.Request) -> web.Response:
+    async with _conn(request) as conn:
+        return _json(await opswebhooks.delete(conn, _id(request), _scope(request)))
+
+
 # ---------------------------------------------------------------- summaries
 
 
@@ -521,6 +566,16 @@ ROUTES: tuple[Route, ...] = (
           dead_letters_analyze,    oas.DEAD_LETTERS_ANALYZE),
     Route("POST",   "/v1/dead-letters/replay",              APP,
           dead_letters_replay,     oas.DEAD_LETTERS_REPLAY),
+    Route("GET",    "/v1/ops-webhooks",                     APP,
+          ops_webhooks_list,       oas.OPS_WEBHOOKS_LIST),
+    Route("POST",   "/v1/ops-webhooks",                     APP,
+          ops_webhooks_create,     oas.OPS_WEBHOOKS_CREATE),
+    Route("GET",    f"/v1/ops-webhooks/{ID}",               APP,
+          ops_webhook_get,         oas.OPS_WEBHOOK_GET),
+    Route("PATCH",  f"/v1/ops-webhooks/{ID}",               APP,
+          ops_webhook_update,      oas.OPS_WEBHOOK_UPDATE),
+    Route("DELETE", f"/v1/ops-webhooks/{ID}",               APP,
+          ops_webhook_delete,      oas.OPS_WEBHOOK_DELETE),
     Route("GET",    "/v1/health",                           ADMIN,
           health,                  oas.HEALTH),
     Route("GET",    "/v1/alerts",                           ADMIN,

@@ -332,6 +332,43 @@ DEAD_LETTERS_REPLAY = {
     "requestBody": _body(_ref("Replay")),
     "responses": _ok({"type": "object", "properties": {"requeued": _INT}})}
 
+# -- operational webhooks
+_OPS_TYPES = {"type": "array", "items": {"type": "string", "enum": [
+    "endpoint.created", "endpoint.updated", "endpoint.deleted", "endpoint.disabled",
+    "endpoint.enabled", "message.attempt.exhausted", "message.attempt.failing",
+    "message.attempt.recovered"]}, "description": "empty or left out: every type"}
+_OPS_WEBHOOK = {"type": "object", "properties": {
+    "id": _INT, "url": _STR, "event_types": _OPS_TYPES,
+    "app": {**_APP, "nullable": True, "description": "null: the operator's, told about every application"},
+    "description": {"type": "string", "nullable": True}, "disabled": {"type": "boolean"},
+    "disabled_reason": {"type": "string", "nullable": True},
+    "secret": {"type": "string", "description": "in the answer to its creation only"},
+    "created_at": _TS, "updated_at": _TS}}
+OPS_WEBHOOKS_LIST = {
+    "summary": "Operational webhooks: every one (admin), or one application's (?app=, or its credential)",
+    "parameters": [_APP_QUERY], "responses": _ok({"type": "array", "items": _OPS_WEBHOOK})}
+OPS_WEBHOOKS_CREATE = {
+    "summary": "Create an operational webhook: the operator's without app (admin), else that "
+               "application's; the answer carries its secret",
+    "requestBody": _body({"type": "object", "properties": {
+        "url": _STR, "event_types": _OPS_TYPES, "app": _APP,
+        "secret": {"type": "string", "pattern": "^whsec_"}, "description": _STR},
+        "required": ["url"], "additionalProperties": False}),
+    "responses": _ok(_OPS_WEBHOOK, "201")}
+OPS_WEBHOOK_GET = {"summary": "One operational webhook", "parameters": [_ID, _APP_QUERY],
+                   "responses": _ok(_OPS_WEBHOOK)}
+OPS_WEBHOOK_UPDATE = {
+    "summary": "Change an operational webhook's url, event types, description or disabled",
+    "parameters": [_ID, _APP_QUERY],
+    "requestBody": _body({"type": "object", "properties": {
+        "url": _STR, "event_types": _OPS_TYPES, "description": {"type": "string", "nullable": True},
+        "disabled": {"type": "boolean"}, "app": _APP}, "additionalProperties": False}),
+    "responses": _ok(_OPS_WEBHOOK)}
+OPS_WEBHOOK_DELETE = {
+    "summary": "Delete an operational webhook (what it still had queued is dead-lettered)",
+    "parameters": [_ID, _APP_QUERY],
+    "responses": _ok({"type": "object", "properties": {"id": _INT, "deleted": {"type": "boolean"}}})}
+
 # -- summaries
 HEALTH = {"summary": "One-row pipeline summary", "responses": _ok(_ref("Health"))}
 TIMELINE = {

@@ -28,7 +28,7 @@ from aiohttp import web
 
 from dispatcher import db
 from dispatcher.core.errors import BadInput, Forbidden
-from dispatcher.ops import eventtypes, service, tenancy
+from dispatcher.ops import eventtypes, opswebhooks, service, tenancy
 from dispatcher.ops import svix as ops
 from dispatcher.ops.inputs import parse_time, spec_from_fields
 from dispatcher.web import security
@@ -183,7 +183,7 @@ def attempt_out(row: Mapping[str, Any]) -> dict[str, Any]:
         "responseDurationMs": row["response_ms"],
         "status": 0 if ok else 2,
         "statusText": "success" if ok else "fail",
-        "triggerType": 0,
+        "triggerType": 1 if row["resent_at"] is not None and at >= row["resent_at"] else 0,
         "timestamp": at,
     }
 
@@ -629,6 +629,99 @@ async def event_type_delete(request: web.Request) -> web.Response:
     return _no_content()
 
 
+# ---------------------------------------------------------------- operational webhooks
+
+
+def ops_endpoint_out(doc: Mapping[str, Any]) -> dict[str, Any]:
+    types = doc["event_types"] or None
+    return {
+        "id": str(doc["id"]),
+        "uid": None,
+        "url": doc["url"],
+        "description": doc.get("description") or "",
+        "metadata": {},
+        "disabled": doc["disabled"],
+        "eventTypes": types,
+        "filterTypes": types,
+        "throttleRate": None,
+        "createdAt": doc["created_at"],
+        "updatedAt": doc.get("updated_at") or doc["created_at"],
+    }
+
+
+def _ops_fields(body: Mapping[str, Any]) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for theirs, ours in (("url", "url"), ("description", "description"),
+                         ("disabled", "disabled")):  # fmt: skip
+        if theirs in body:
+            fields[ours] = body[theirs]
+    key = "eventTypes" if "eventTypes" in body else "filterTypes"
+    if key in body:
+        fields["event_types"] = body[key] or None
+    return fields
+
+
+async def ops_endpoints_list(request: web.Request) -> web.Response:
+    async with _conn(request) as conn:
+        docs = await opswebhooks.list_webhooks(conn, operator_only=True)
+    data = [ops_endpoint_out(d) for d in docs]
+    return _json({"data": data, "iterator": None, "prevIterator": None, "done": True})
+
+
+async def ops_endpoints_create(request: web.Request) -> web.Response:
+    body = await _body(request)
+    settings = request.app[SETTINGS]
+    fields = _ops_fields(body)
+    async with _conn(request) as conn, conn.transaction():
+        doc = await opswebhooks.add(
+            conn, fields.get("url"), event_types=fields.get("event_types"),
+            secret=_secret(body.get("secret")), description=fields.get("description"),
+            box=settings.secret_box(), targets=settings.target_policy(),
+        )  # fmt: skip
+        if fields.get("disabled"):
+            doc = await opswebhooks.update(conn, doc["id"], {"disabled": True})
+    return _json(ops_endpoint_out(doc), 201)
+
+
+def _ops_id(request: web.Request) -> int:
+    return _number(request.match_info["endpoint_id"])
+
+
+async def ops_endpoint_get(request: web.Request) -> web.Response:
+    async with _conn(request) as conn:
+        return _json(ops_endpoint_out(await opswebhooks.get(conn, _ops_id(request))))
+
+
+async def ops_endpoint_update(request: web.Request) -> web.Response:
+    body = await _body(request)
+    targets = request.app[SETTINGS].target_policy()
+    async with _conn(request) as conn:
+        doc = await opswebhooks.update(conn, _ops_id(request), _ops_fields(body), targets=targets)
+    return _json(ops_endpoint_out(doc))
+
+
+async def ops_endpoint_delete(request: web.Request) -> web.Response:
+    async with _conn(request) as conn:
+        await opswebhooks.delete(conn, _ops_id(request))
+    return _no_content()
+
+
+async def ops_endpoint_secret(request: web.Request) -> web.Response:
+    box = request.app[SETTINGS].secret_box()
+    async with _conn(request) as conn:
+        return _json({"key": await opswebhooks.secret(conn, _ops_id(request), None, box)})
+
+
+async def ops_endpoint_rotate(request: web.Request) -> web.Response:
+    body = await _body(request)
+    box = request.app[SETTINGS].secret_box()
+    async with _conn(request) as conn:
+        key = await opswebhooks.rotate_secret(
+            conn, _ops_id(request), None, box, _secret(body.get("key"))
+        )
+    return _json({"key": key})
+
+
 # ---------------------------------------------------------------- the portal, health
 
 
@@ -652,6 +745,7 @@ async def health(_: web.Request) -> web.Response:
 OPEN, ADMIN, APP = Access.OPEN, Access.ADMIN, Access.APP
 A = "/api/v1/app/{app_id}"
 E = A + "/endpoint/{endpoint_id}"
+OPS = "/api/v1/operational-webhook/endpoint"
 
 
 _PARAM = re.compile(r"\{(\w+)\}")
@@ -733,6 +827,19 @@ ROUTES: tuple[Route, ...] = (
            "an endpoint's attempts"),
     _route("POST",   "/api/v1/auth/app-portal-access/{app_id}", APP, portal_access,
            "a one-time sign-in link to the application's portal", body=True),
+    _route("GET",    OPS, ADMIN, ops_endpoints_list, "list the operator's operational webhooks"),
+    _route("POST",   OPS, ADMIN, ops_endpoints_create, "add an operational webhook", "201",
+           body=True),
+    _route("GET",    OPS + "/{endpoint_id}", ADMIN, ops_endpoint_get,
+           "get an operational webhook"),
+    _route("PUT",    OPS + "/{endpoint_id}", ADMIN, ops_endpoint_update,
+           "change an operational webhook", body=True),
+    _route("DELETE", OPS + "/{endpoint_id}", ADMIN, ops_endpoint_delete,
+           "delete an operational webhook", "204"),
+    _route("GET",    OPS + "/{endpoint_id}/secret", ADMIN, ops_endpoint_secret,
+           "an operational webhook's signing secret"),
+    _route("POST",   OPS + "/{endpoint_id}/secret/rotate", ADMIN, ops_endpoint_rotate,
+           "rotate an operational webhook's secret", body=True),
     _route("GET",    "/api/v1/event-type", APP, event_types_list,
            "list event types (an application's: its own and the catalogue-wide ones)"),
     _route("POST",   "/api/v1/event-type", APP, event_types_create, "create an event type",

@@ -10,6 +10,7 @@ one line with how long it lasted (`database_back`). Health reports and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -47,11 +48,22 @@ class Connectivity:
         return 0.0 if self.connected else time.monotonic() - self._lost_at
 
     async def every(
-        self, interval_s: float, where: str, step: Callable[[], Awaitable[None]]
+        self,
+        interval_s: float,
+        where: str,
+        step: Callable[[], Awaitable[None]],
+        *,
+        early: asyncio.Event | None = None,
     ) -> None:
-        """Runs `step` every interval, forever, riding through database errors."""
+        """Runs `step` every interval, forever, riding through database
+        errors; at once when `early` is set (it is cleared)."""
         while True:
-            await asyncio.sleep(interval_s)
+            if early is None:
+                await asyncio.sleep(interval_s)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(early.wait(), interval_s)
+                early.clear()
             try:
                 await step()
             except DATABASE_ERRORS as exc:

@@ -132,6 +132,9 @@ class Engine:
         """Rows this process may have in flight now."""
         return self._window.limit
 
+    def _ops_webhooks(self) -> frozenset[int]:
+        return frozenset() if self._refresher is None else self._refresher.ops_webhooks
+
     def _holding(self) -> tuple[int, int]:
         """What the heartbeat reports: rows in flight, outcomes not yet written."""
         return self._inflight, self.waiting_outcomes
@@ -161,13 +164,14 @@ class Engine:
             s, db = self.settings, self.connectivity
             self._recorder = Recorder(pool, worker=self.worker, settings=s,
                                       metrics=self.metrics, connectivity=db,
-                                      on_written=self._gates.results_written)  # fmt: skip
+                                      on_written=self._gates.results_written,
+                                      ops_webhooks=self._ops_webhooks)  # fmt: skip
             self._refresher = Refresher(pool, self._gates, worker=self.worker, settings=s,
                                         box=s.secret_box(), connectivity=db,
                                         wake=self._wake, holding=self._holding)  # fmt: skip
             maintenance = Maintenance(pool, settings=s, connectivity=db, url=self.url)
             await self.sender.start()
-            self._listener = Listener(self.url, self._wake, db)
+            self._listener = Listener(self.url, self._wake, db, self._refresher.changed)
             await self._listener.connect()
             await self._refresher.once()
             if self.metrics is not None:

@@ -18,19 +18,31 @@ from dispatcher.db import DATABASE_ERRORS
 from dispatcher.worker.connectivity import Connectivity
 
 CHANNEL = "dispatcher_due"
+# Endpoints or their secrets changed (a statement trigger, schema 012).
+ENDPOINTS_CHANNEL = "dispatcher_endpoints"
 MAX_BACKOFF_S = 10.0
 
 
 class Listener:
-    def __init__(self, url: str, wake: asyncio.Event, connectivity: Connectivity) -> None:
+    def __init__(
+        self,
+        url: str,
+        wake: asyncio.Event,
+        connectivity: Connectivity,
+        endpoints_changed: asyncio.Event | None = None,
+    ) -> None:
         self._url = url
         self._wake = wake
+        self._endpoints_changed = endpoints_changed or asyncio.Event()
         self._db = connectivity
         self._conn: asyncpg.Connection | None = None
         self._lost = asyncio.Event()
 
     def _notified(self, *_: Any) -> None:
         self._wake.set()
+
+    def _endpoints_notified(self, *_: Any) -> None:
+        self._endpoints_changed.set()
 
     def _terminated(self, *_: Any) -> None:
         self._lost.set()
@@ -40,12 +52,14 @@ class Listener:
         try:
             conn.add_termination_listener(self._terminated)
             await conn.add_listener(CHANNEL, self._notified)
+            await conn.add_listener(ENDPOINTS_CHANNEL, self._endpoints_notified)
         except BaseException:
             conn.terminate()
             raise
         self._conn = conn
         # Anything committed while we were not listening is due now.
         self._wake.set()
+        self._endpoints_changed.set()
 
     async def run(self) -> None:
         delay = 0.5

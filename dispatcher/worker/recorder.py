@@ -5,7 +5,9 @@ its latency samples); then, for endpoints whose stored breaker can change,
 the breaker rows locked, the attempt results folded in the order they were
 sent (breaker.fold: the one place transitions are computed), the new states
 and transitions written and logged, once; 410s disable endpoints and
-Retry-After pauses reach every worker.
+Retry-After pauses reach every worker. When this worker knows of ops
+webhooks, what the flush caused (core.opsevents.of_flush) is queued to them
+by one more statement in the same transaction; without any, nothing is.
 
 It decides nothing about gates: it hands the breakers it stored to
 `on_written`, and the engine's gates take them from there.
@@ -24,6 +26,7 @@ from collections.abc import Callable
 import asyncpg
 
 from dispatcher import log
+from dispatcher.core import opsevents
 from dispatcher.core.breaker import Breaker, BreakerState, fold
 from dispatcher.core.models import Outcome, Stats, Status
 from dispatcher.db import DATABASE_ERRORS, Conn, acquire, store
@@ -48,6 +51,7 @@ class Recorder:
         metrics: Metrics | None,
         connectivity: Connectivity,
         on_written: Callable[[dict[int, int], dict[int, Breaker]], None],
+        ops_webhooks: Callable[[], frozenset[int]] = frozenset,
     ) -> None:
         self._pool = pool
         self.worker = worker
@@ -55,6 +59,9 @@ class Recorder:
         self.metrics = metrics
         self._db = connectivity
         self._on_written = on_written
+        # The ops webhooks' ids as the last refresh saw them (none: no
+        # emission at all, so the hot path pays nothing without them).
+        self._ops_webhooks = ops_webhooks
         self._flush_size = settings.flush_size
         self._flush_interval_s = settings.flush_interval_s
         self._buffer: list[Outcome] = []
@@ -143,19 +150,27 @@ class Recorder:
                 pauses[o.endpoint_id] = max(pauses.get(o.endpoint_id, 0.0), o.pause_s)
         t0 = time.perf_counter()
         written: dict[int, Breaker] = {}
+        transitions: list[tuple[int, str, str]] = []
+        disabled: list[int] = []
+        ops = self._ops_webhooks()
         async with acquire(self._pool) as conn, conn.transaction():
             lags: list[float] = []
             if batch:
                 lags = await store.record_outcomes(conn, batch, self.worker)
                 self.stats.statements += 1
             if touched:
-                written = await self._write_breakers(conn, touched, results)
+                written, transitions = await self._write_breakers(conn, touched, results)
             if gone:
-                await store.disable_gone(conn, gone)
+                disabled = await store.disable_gone(conn, gone)
                 self.stats.statements += 1
             if pauses:
                 await store.pause_endpoints(conn, pauses)
                 self.stats.statements += 1
+            if ops:
+                events = opsevents.of_flush(batch, disabled, transitions, ops)
+                if events:
+                    await store.ops_emit(conn, events)
+                    self.stats.statements += 1
         self.stats.flushes += 1
         self._count(batch)
         for eid, b in written.items():
@@ -176,7 +191,8 @@ class Recorder:
 
     async def _write_breakers(
         self, conn: Conn, ids: list[int], results: dict[int, list[bool]]
-    ) -> dict[int, Breaker]:
+    ) -> tuple[dict[int, Breaker], list[tuple[int, str, str]]]:
+        """The new breakers, and the transitions (endpoint, from, to) stored."""
         db_now, locked = await store.lock_breakers(conn, ids)
         new: dict[int, tuple[Breaker, int]] = {}
         transitions: list[tuple[int, str, str, float]] = []
@@ -202,4 +218,4 @@ class Recorder:
         await store.store_breakers(conn, new)
         await store.record_transitions(conn, transitions)
         self.stats.statements += 3
-        return {eid: b for eid, (b, _) in new.items()}
+        return {eid: b for eid, (b, _) in new.items()}, [t[:3] for t in transitions]

@@ -50,6 +50,8 @@ class Refresher:
         self._holding = holding  # (rows in flight, outcomes not yet written)
         self.workers = 1  # live workers sharing each endpoint's limits
         self.clock_offset = 0.0  # the database's clock minus ours, for breaker decisions
+        self.ops_webhooks: frozenset[int] = frozenset()  # their ids, for the recorder
+        self.changed = asyncio.Event()
 
     def db_now(self) -> float:
         """Epoch seconds on the database's clock."""
@@ -65,6 +67,7 @@ class Refresher:
             )  # fmt: skip
             db_now, states = await store.engine_endpoints(conn, self._box)
         self.workers = len(workers)
+        self.ops_webhooks = frozenset(s.endpoint.id for s in states if s.ops)
         if states:
             self.clock_offset = db_now - time.time()
         index = workers.index(self._worker)
@@ -92,4 +95,9 @@ class Refresher:
             self._wake.set()
 
     async def run(self) -> None:
-        await self._db.every(self._settings.endpoint_refresh_s, "refresh", self.once)
+        """Every `endpoint_refresh_s`, and at once when an endpoint changed
+        (`changed`, set by the listener): a rotated secret or a new URL is
+        used for the next request, not a refresh later."""
+        await self._db.every(
+            self._settings.endpoint_refresh_s, "refresh", self.once, early=self.changed
+        )

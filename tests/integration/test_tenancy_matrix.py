@@ -35,7 +35,7 @@ from aiohttp.test_utils import make_mocked_request
 from dispatcher.core.models import EndpointSpec
 from dispatcher.db import catalog
 from dispatcher.db.embedded import with_database
-from dispatcher.ops import eventtypes, tenancy
+from dispatcher.ops import eventtypes, opswebhooks, tenancy
 from dispatcher.web.admin import ROUTES, start_admin
 from dispatcher.web.routes import Access, Route, add_routes
 from dispatcher.web.security import CSRF_HEADER, PORTAL_COOKIE
@@ -91,6 +91,11 @@ MATRIX: dict[str, tuple[int | None, ...]] = {
     "GET /v1/event-types/{wide}":                 (200, 200,  403,  200,  401, 401, 200,  200),
     "PATCH /v1/event-types/{et}":                 (200, 404,  403,  404,  401, 401, 403,  200),
     "DELETE /v1/event-types/{et}":                (200, 404,  403,  404,  401, 401, 403,  200),
+    "GET /v1/ops-webhooks":                       (200, 200,  403,  200,  401, 401, 200,  200),
+    "POST /v1/ops-webhooks":                      (201, None, 403,  201,  401, 401, 403,  201),
+    "GET /v1/ops-webhooks/{ops}":                 (200, 404,  403,  200,  401, 401, 200,  200),
+    "PATCH /v1/ops-webhooks/{ops}":               (200, 404,  403,  200,  401, 401, 403,  200),
+    "DELETE /v1/ops-webhooks/{ops}":              (200, 404,  403,  200,  401, 401, 403,  200),
     # admin only
     "GET /metrics":                               (X,   X,    X,    200,  401, 401, X,    X),
     "GET /v1/applications":                       (X,   X,    X,    200,  401, 401, X,    X),
@@ -141,6 +146,15 @@ MATRIX: dict[str, tuple[int | None, ...]] = {
     "PUT /api/v1/event-type/{et}":                (200, 201,  403,  201,  401, 401, 403,  200),
     "PATCH /api/v1/event-type/{et}":              (200, 404,  403,  404,  401, 401, 403,  200),
     "DELETE /api/v1/event-type/{et}":             (204, 404,  403,  404,  401, 401, 403,  204),
+    "GET /api/v1/operational-webhook/endpoint":   (X,   X,    X,    200,  401, 401, X,    X),
+    "POST /api/v1/operational-webhook/endpoint":  (X,   X,    X,    201,  401, 401, X,    X),
+    "GET /api/v1/operational-webhook/endpoint/{op}": (X, X,   X,    200,  401, 401, X,    X),
+    "PUT /api/v1/operational-webhook/endpoint/{op}": (X, X,   X,    200,  401, 401, X,    X),
+    "DELETE /api/v1/operational-webhook/endpoint/{op}": (X, X, X,   204,  401, 401, X,    X),
+    "GET /api/v1/operational-webhook/endpoint/{op}/secret":
+                                                  (X,   X,    X,    200,  401, 401, X,    X),
+    "POST /api/v1/operational-webhook/endpoint/{op}/secret/rotate":
+                                                  (X,   X,    X,    200,  401, 401, X,    X),
     "GET /api/v1/app":                            (X,   X,    X,    200,  401, 401, X,    X),
     "POST /api/v1/app":                           (X,   X,    X,    201,  401, 401, X,    X),
     "PUT /api/v1/app/{app}":                      (X,   X,    X,    200,  401, 401, X,    X),
@@ -151,6 +165,7 @@ UNMEANING = {
     ("POST /v1/endpoints", "other"): "creating names no existing object",
     ("POST /v1/event-types", "other"): "creating names no existing object",
     ("POST /api/v1/event-type", "other"): "creating names no existing object",
+    ("POST /v1/ops-webhooks", "other"): "creating names no existing object",
     ("POST /portal/logout", "csrf"): "would end the session the later cells use "
                                      "(test_signing_out_of_the_portal_ends_the_session)",
     ("DELETE /api/v1/app/{app}", "admin"): "would delete acme, which the later cells use "
@@ -183,9 +198,14 @@ BODIES: dict[str, Any] = {
     "POST /v1/event-types": {"name": "{fresh}", "description": "new"},
     "PATCH /v1/event-types/{et}": {"description": "patched"},
     "POST /api/v1/event-type": {"name": "{fresh}", "description": "new"},
+    "POST /api/v1/operational-webhook/endpoint": {"url": "https://ops.example/new"},
+    "PUT /api/v1/operational-webhook/endpoint/{op}": {"url": "https://ops.example/put"},
+    "POST /api/v1/operational-webhook/endpoint/{op}/secret/rotate": {},
     "PUT /api/v1/event-type/{et}": {"description": "put"},
     "PATCH /api/v1/event-type/{et}": {"description": "patched"},
     "POST /v1/dead-letters/replay endpoint": {"endpoint_id": "{ep}"},
+    "POST /v1/ops-webhooks": {"url": "https://acme.example/ops-new", "app": "{app}"},
+    "PATCH /v1/ops-webhooks/{ops}": {"description": "patched"},
     "POST /v1/applications": {"id": "{fresh}"},
     "PATCH /v1/applications/{app}": {"max_endpoints": 1_000_000},
     "POST /v1/applications/{app}/tokens": {"ttl_s": 60},
@@ -224,7 +244,19 @@ async def route_of(key: str) -> Route:
     app = web.Application()
     add_routes(app.router, ROUTES)
     method, path = key.split()[:2]
-    path = fill(path, {"ep": 1, "dead": 1, "event": "evt", "app": ACME, "et": "t", "wide": "t"})
+    path = fill(
+        path,
+        {
+            "ep": 1,
+            "dead": 1,
+            "event": "evt",
+            "app": ACME,
+            "et": "t",
+            "wide": "t",
+            "ops": 1,
+            "op": 1,
+        },
+    )
     match = await app.router.resolve(make_mocked_request(method, path))
     assert match.http_exception is None, f"{key}: no route of the table"
     resource = match.route.resource
@@ -361,7 +393,7 @@ async def objects(conn: asyncpg.Connection, app: str) -> dict[str, Any]:
     """Fresh objects of `app`: an endpoint subscribed to everything, an event
     delivered to it and left dead, the endpoint's secret (to look for), an
     event type of its own and a catalogue-wide one (named without `app`:
-    every application lists it)."""
+    every application lists it), and an ops webhook of the application's."""
     spec = EndpointSpec(url=f"https://{app}.example/hook", name=f"{app}-hook")
     spec.validate()
     secret = f"whsec_{uuid.uuid4().hex}"
@@ -378,8 +410,10 @@ async def objects(conn: asyncpg.Connection, app: str) -> dict[str, Any]:
     et, wide = f"et-{uuid.uuid4().hex[:8]}", f"et-wide-{uuid.uuid4().hex[:8]}"
     await eventtypes.add_event_type(conn, et, app=app)
     await eventtypes.add_event_type(conn, wide)
+    ops = await opswebhooks.add(conn, f"https://{app}.example/ops", app=app)
+    op = await opswebhooks.add(conn, f"https://{app}.example/operator")  # the operator's
     return {"ep": record.id, "dead": dead, "event": event, "app": app, "secret": secret,
-            "et": et, "wide": wide}  # fmt: skip
+            "et": et, "wide": wide, "ops": ops["id"], "op": op["id"]}  # fmt: skip
 
 
 GLOBEX_ROWS = """
@@ -482,11 +516,14 @@ async def test_matrix(
             assert trace not in text, f"{trace} leaked into {text[:300]}"
     if status == 404:
         # The other application's object reads exactly like one that does not exist.
-        nothing = {**subs, "ep": MISSING, "dead": MISSING, "event": "evt-none", "et": "et-none"}
+        nothing = {**subs, "ep": MISSING, "dead": MISSING, "event": "evt-none", "et": "et-none",
+                   "ops": MISSING}  # fmt: skip
         _, path2, body2 = request_of(key, column, nothing)
         status2, text2 = await world.call(method, path2, body2, world.headers(column))
         assert status2 == 404
-        assert message(text, theirs["ep"], subs["et"]) == message(text2, MISSING, "et-none")
+        assert message(text, theirs["ops"], theirs["ep"], subs["et"]) == message(
+            text2, MISSING, "et-none"
+        )
     if column == "names":
         # Naming an application that does not exist answers the same: no probing.
         _, path2, body2 = request_of(key, column, subs, named="no-such-app")
@@ -504,8 +541,12 @@ async def test_an_open_route_asks_no_credential(world: World, key: str, expected
 # ---------------------------------------------------------------- what the matrix does not show
 
 
-async def ids_of(conn: asyncpg.Connection, app: str, where: str = "deleted_at IS NULL") -> set[int]:
-    """`app`'s endpoints: live ones (what lists show), or as `where` says."""
+LISTED = "deleted_at IS NULL AND kind = 'webhook'"
+
+
+async def ids_of(conn: asyncpg.Connection, app: str, where: str = LISTED) -> set[int]:
+    """`app`'s endpoints: live ones (what lists show), or as `where` says
+    (ops webhooks included: their deliveries are the application's too)."""
     rows = await conn.fetch(f"SELECT id FROM endpoints WHERE application_id = $1 AND {where}", app)
     return {r["id"] for r in rows}
 
@@ -552,7 +593,7 @@ async def test_the_same_event_id_in_two_applications_is_two_events(
              "payload": {"n": 7}}  # fmt: skip
     a = await as_app(world, world.token, "POST", "/v1/events", event)
     g = await as_app(world, world.globex_token, "POST", "/v1/events", event)
-    enabled = "deleted_at IS NULL AND enabled"
+    enabled = f"{LISTED} AND enabled"
     acme, globex = await ids_of(conn, ACME, enabled), await ids_of(conn, GLOBEX, enabled)
     assert len(a["deliveries"]) == len(acme) and len(g["deliveries"]) == len(globex)
     assert not set(a["deliveries"]) & set(g["deliveries"])
@@ -748,3 +789,33 @@ async def test_an_endpoint_stays_in_its_application(world: World, conn: asyncpg.
         assert status == 200 and orjson.loads(text)["app"] == ACME
     owner = "SELECT application_id FROM endpoints WHERE id = $1"
     assert await conn.fetchval(owner, mine["ep"]) == ACME
+
+
+@MODULE_LOOP
+async def test_the_operators_ops_webhooks_are_out_of_an_applications_reach(
+    world: World, conn: asyncpg.Connection
+) -> None:
+    mine = await objects(conn, ACME)
+    operator = await world.admin("POST", "/v1/ops-webhooks", {"url": "https://ops.example/o"})
+    assert operator["app"] is None and operator["secret"].startswith("whsec_")
+    path = f"/v1/ops-webhooks/{operator['id']}"
+    for column in ("own", "cookie", "csrf"):
+        for method, body in (("GET", None), ("PATCH", {"description": "x"}), ("DELETE", None)):
+            if method != "GET" and column == "cookie":
+                continue
+            status, text = await world.call(method, path, body, world.headers(column))
+            assert status == 404, (column, method, text)
+    listed = {w["id"] for w in await as_app(world, world.token, "GET", "/v1/ops-webhooks")}
+    assert mine["ops"] in listed and operator["id"] not in listed
+    assert all(
+        w["app"] == ACME for w in await as_app(world, world.token, "GET", "/v1/ops-webhooks")
+    )
+    everything = {w["id"] for w in await world.admin("GET", "/v1/ops-webhooks")}
+    assert {mine["ops"], operator["id"]} <= everything
+    # Not an endpoint, on any endpoint route, for anyone.
+    status, _ = await world.call("GET", f"/v1/endpoints/{mine['ops']}", None, world.headers("own"))
+    assert status == 404
+    status, _ = await world.call("GET", f"/v1/endpoints/{operator['id']}", None,
+                                 world.headers("admin"))  # fmt: skip
+    assert status == 404
+    await world.admin("DELETE", path)
