@@ -123,6 +123,7 @@ class Gate:
         "broken",
         "claimed",
         "endpoint",
+        "gone_at",
         "limiter",
         "max_share",
         "order",
@@ -154,6 +155,8 @@ class Gate:
         # yet: until it has, a stored breaker read from the database is
         # older than this view (a refresh must not reopen what just tripped).
         self.unwritten = 0
+        # When a 410 disabled it here, before the recorder has written that.
+        self.gone_at: float | None = None
         self.max_share = endpoint.max_in_flight  # this process's part of max_in_flight
         self.rate_share = endpoint.rate_per_s
         self.sem = asyncio.Semaphore(endpoint.max_in_flight)
@@ -310,6 +313,7 @@ class Gate:
                 self.adaptive = concurrency.on_timeout(self.adaptive, mono)
             if result.gone:
                 self.endpoint = replace(self.endpoint, enabled=False)
+                self.gone_at = mono
         if pause_s:
             self.paused_until = max(self.paused_until, mono + pause_s)
         ok = None if result is None else result.verdict is Verdict.SUCCESS
@@ -347,6 +351,12 @@ class Gate:
 
 def _horizon(ep: Endpoint) -> float:
     return ep.timeout_ms / 1000 + 5.0
+
+
+# How long a 410 seen here outweighs a refresh that still reads the endpoint
+# enabled: the recorder writes the disable within a flush, and an operator
+# who enables it again at once waits this long at most.
+GONE_HOLD_S = 10.0
 
 
 def _wire_key(ep: Endpoint) -> tuple[object, ...]:
@@ -402,6 +412,13 @@ class Gates:
     ) -> Gate:
         endpoint = state.endpoint
         gate = self._gates.get(endpoint.id)
+        if gate is not None and gate.gone_at is not None:
+            if not endpoint.enabled:
+                gate.gone_at = None  # the database has it
+            elif now_mono - gate.gone_at < GONE_HOLD_S:
+                # A read from before the recorder wrote the 410's disable:
+                # enabling it again would send the next row to a gone URL.
+                endpoint = replace(endpoint, enabled=False)
         if gate is None or gate.endpoint != endpoint or gate.broken != state.broken:
             wire, broken = self._wired(gate, state)
             if gate is None:

@@ -59,7 +59,6 @@ class Listener:
         self._conn = conn
         # Anything committed while we were not listening is due now.
         self._wake.set()
-        self._endpoints_changed.set()
 
     async def run(self) -> None:
         delay = 0.5
@@ -77,6 +76,9 @@ class Listener:
                 else:
                     delay = 0.5
                     self._db.ok()
+                    # Endpoints may have changed unheard: read them again. (Not
+                    # on the first connect: the engine reads them right after.)
+                    self._endpoints_changed.set()
                     break
 
     def _close_now(self) -> None:
