@@ -189,3 +189,24 @@ def test_gates_registry_adds_updates_and_forgets_endpoints() -> None:
     assert g.breaker == Breaker()
     gates.sync([], "w", 1, 0)
     assert len(gates) == 0 and gates.ids == []
+
+
+def test_a_410_outweighs_a_refresh_read_before_it_was_written() -> None:
+    """The worker stops sending at its own 410 at once; a refresh that read
+    the endpoint enabled before the recorder wrote the disable does not
+    start it again, one that reads it disabled ends the hold, and after
+    GONE_HOLD_S the database is believed (an operator enabled it again)."""
+    gates = Gates(lambda ep: EndpointWire(ep.url, ep.secrets, ep.timeout_ms, allow_private=False))
+    ep = Endpoint(id=3, url="https://example.com/x", secrets=(SECRET,))
+    gates.sync([EndpointState(ep, Breaker(), None, None, 0.0)], "w", 1, 0)
+    g = gates[3]
+    seq = g.order.sent(time.monotonic())
+    gone = AttemptResult(verdict=Verdict.PERMANENT, status_code=410, response_ms=5, gone=True)
+    g.completed(seq, gone, None, 0.0)
+    assert not g.endpoint.enabled
+    gates.sync([EndpointState(ep, Breaker(), None, None, 0.0)], "w", 1, 0)  # stale read
+    assert not g.endpoint.enabled
+    gates.sync([EndpointState(replace(ep, enabled=False), Breaker(), None, None, 0.0)], "w", 1, 0)
+    assert g.gone_at is None
+    gates.sync([EndpointState(ep, Breaker(), None, None, 0.0)], "w", 1, 0)  # enabled again
+    assert g.endpoint.enabled
