@@ -24,6 +24,7 @@ from collections.abc import Callable
 import asyncpg
 
 from dispatcher import log
+from dispatcher.core import autodisable
 from dispatcher.core.breaker import Breaker, BreakerState, fold
 from dispatcher.core.models import Outcome, Stats, Status
 from dispatcher.db import DATABASE_ERRORS, Conn, acquire, store
@@ -36,6 +37,17 @@ FLUSH_RETRY_S = 1.0
 # Successes alone skip the breaker write for an endpoint whose stored
 # breaker this recorder wrote clean this recently.
 QUIET_S = 1.0
+
+
+async def on_auto_disabled(conn: Conn, disabled: list[tuple[int, str]]) -> None:
+    """Endpoints (id, application) just disabled by disable_after, in the
+    flush's transaction: said once here, whichever worker decided it.
+
+    The `endpoint.disabled` operational webhook (data.reason "auto") is
+    emitted here once operational webhooks exist (branch `ops`): one call
+    per endpoint on `conn`, so it commits with the disable."""
+    for endpoint_id, app in disabled:
+        log.event("endpoint_auto_disabled", endpoint_id=endpoint_id, app=app)
 
 
 class Recorder:
@@ -179,8 +191,19 @@ class Recorder:
     ) -> dict[int, Breaker]:
         db_now, locked = await store.lock_breakers(conn, ids)
         new: dict[int, tuple[Breaker, int]] = {}
+        runs: dict[int, tuple[float, ...]] = {}
+        off: list[int] = []
         transitions: list[tuple[int, str, str, float]] = []
         for eid, stored in locked.items():
+            runs[eid], disable = autodisable.fold(
+                stored.failure_times,
+                results[eid],
+                db_now,
+                after=stored.disable_after,
+                within_s=stored.disable_within_s,
+            )
+            if disable:
+                off.append(eid)
             b, changes = fold(
                 stored.breaker,
                 results[eid],
@@ -199,7 +222,10 @@ class Recorder:
                 )
                 self.stats.breaker_transitions.append((eid, t.from_state.value, t.to_state.value))
             new[eid] = (b, stored.threshold)
-        await store.store_breakers(conn, new)
+        await store.store_breakers(conn, new, runs)
         await store.record_transitions(conn, transitions)
         self.stats.statements += 3
+        if off:
+            await on_auto_disabled(conn, await store.disable_auto(conn, off))
+            self.stats.statements += 1
         return {eid: b for eid, (b, _) in new.items()}
