@@ -280,7 +280,9 @@ SELECT
     (SELECT count(*) FROM webhook_queue
       WHERE status IN ('failed', 'dead_letter') AND updated_at > now() - interval '1 hour')
         AS failed_last_hour,
-    min(created_at) AS oldest_pending,
+    -- A row delayed by its producer (deliver_at) is not late before it is due.
+    min(created_at) FILTER (WHERE status <> 'pending' OR next_attempt_at <= now())
+        AS oldest_pending,
     (SELECT avg(last_response_ms) FROM webhook_queue
       WHERE status = 'delivered' AND delivered_at > now() - interval '1 hour')
         AS avg_delivery_ms_last_hour,
@@ -291,7 +293,9 @@ SELECT
     (SELECT count(*) FROM dispatcher_workers
       WHERE heartbeat_at <= now() - interval '10 seconds') AS workers_silent,
     (SELECT coalesce(sum(outcomes_waiting), 0) FROM dispatcher_workers)::bigint
-        AS outcomes_waiting
+        AS outcomes_waiting,
+    -- webhook_queue_held_idx (013): no scan of the queue.
+    (SELECT count(*) FROM webhook_queue WHERE status = 'held') AS held
 FROM webhook_queue
 WHERE status IN ('pending', 'failed', 'in_flight');
 
@@ -445,7 +449,8 @@ SELECT
       WHERE status = 'dead_letter' AND updated_at <= now() - interval '1 hour'
         AND updated_at > now() - interval '2 hours') AS dead_prev_hour,
     (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM webhook_queue
-      WHERE status IN ('pending', 'failed', 'in_flight')) AS oldest_pending_age_s,
+      WHERE status IN ('pending', 'failed', 'in_flight')
+        AND (status <> 'pending' OR next_attempt_at <= now())) AS oldest_pending_age_s,
     (SELECT max(retry_cap_ms)::float8 / 1000 FROM endpoints) AS retry_window_s;
 
 -- name: metrics_view
@@ -455,7 +460,8 @@ SELECT
     (SELECT count(*) FROM webhook_queue WHERE status = 'in_flight') AS in_flight,
     (SELECT count(*) FROM webhook_queue WHERE status = 'dead_letter') AS dead_letter,
     (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM webhook_queue
-      WHERE status IN ('pending', 'failed', 'in_flight')) AS oldest_pending_s,
+      WHERE status IN ('pending', 'failed', 'in_flight')
+        AND (status <> 'pending' OR next_attempt_at <= now())) AS oldest_pending_s,
     (SELECT count(*) FILTER (WHERE h.state = 'closed') FROM endpoint_health h
       JOIN endpoints e ON e.id = h.endpoint_id AND e.deleted_at IS NULL) AS closed,
     (SELECT count(*) FILTER (WHERE h.state = 'open') FROM endpoint_health h

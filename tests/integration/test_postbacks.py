@@ -143,7 +143,8 @@ async def test_value_maps_styles_and_defaults_on_the_wire(
     [got] = receiver.received
     assert got.query == "s=1&sub=none&raw=a%20b&x=1"
     row = await conn.fetchrow(
-        "SELECT status, attempt_count, last_error FROM webhook_queue WHERE event_id = 'evt_unmapped'"
+        "SELECT status, attempt_count, last_error FROM webhook_queue WHERE event_id = $1",
+        "evt_unmapped",
     )
     assert tuple(row) == ("dead_letter", 0, "unmapped value: status")
 
