@@ -14,7 +14,7 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from .bench import Bench, EndpointDef, run_argv
@@ -38,10 +38,14 @@ async def drain_phase(
     sample_open: bool = False,
     addressed: bool = True,
     keys: int = 0,
+    before_enqueue: Callable[[], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
-    """fresh db → endpoints → enqueue → `run --drain` x processes → metrics."""
+    """fresh db → endpoints → [before_enqueue] → enqueue → `run --drain` x
+    processes → metrics."""
     await bench.fresh_db()
     await bench.add_endpoints(endpoints)
+    if before_enqueue is not None:
+        await before_enqueue()
     enq = await bench.enqueue(
         [(e, per_endpoint) for e in endpoints], addressed=addressed, keys=keys
     )

@@ -9,6 +9,7 @@ from .fast import run_fast
 from .faults import run_faults
 from .fifo import run_fifo
 from .filters import run_filters
+from .held import run_held
 from .https import run_https
 from .internet import run_internet
 from .jobqueue import run_jobqueue
@@ -35,6 +36,7 @@ RUNNERS: dict[str, Runner] = {
     "https": run_https,
     "tenants": run_tenants,
     "jobqueue": run_jobqueue,
+    "held": run_held,
 }
 
 __all__ = ["RUNNERS"]

@@ -23,6 +23,8 @@ from dispatcher.cli.eventtypes import add_event_type_commands
 from dispatcher.cli.format import print_table
 from dispatcher.cli.help import ENDPOINT_FLAGS, OVERVIEW, SHAPING_FLAGS
 from dispatcher.cli.opswebhooks import add_ops_webhook_commands
+from dispatcher.cli.postbacks import add_endpoint_flags, add_enqueue_flags, add_postback_commands
+from dispatcher.cli.postbacks import schedule as enqueue_schedule
 from dispatcher.cli.run import cmd_bench, cmd_demo, cmd_run, cmd_serve
 from dispatcher.core.errors import BadInput, DispatcherError
 from dispatcher.core.models import EndpointSpec
@@ -151,6 +153,7 @@ async def cmd_endpoint_health(args: argparse.Namespace, settings: Settings) -> i
 
 async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     limit = settings.max_payload_bytes
+    when = enqueue_schedule(args)
     if args.file is not None:
         if args.payload is not None or args.event_type is not None:
             raise BadInput("--file cannot be combined with --event-type/--payload")
@@ -176,6 +179,7 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
             args.endpoint,
             max_payload_bytes=limit,
             app=args.app,
+            **when,
         ),
         lambda doc: print(f"event {doc['event_id']}: deliveries {doc['deliveries']}"),
     )
@@ -299,6 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="v1: HMAC-SHA256 (whsec_); v1a: ed25519 (whsk_; receivers verify with whpk_)",
     )
     add.add_argument("--app", metavar="ID", help="the application it belongs to (default: default)")
+    add_endpoint_flags(add)
     ls = cmd("list", cmd_endpoint_list, eps, help="all endpoints with their settings")
     ls.add_argument("--app", metavar="ID", help="only this application's")
     rot = cmd("rotate-secret", cmd_endpoint_rotate, eps,
@@ -323,6 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="dead-letter its queued deliveries first ('endpoint deleted')",
     )
+    add_postback_commands(cmd, group, eps)
 
     enq = cmd("enqueue", cmd_enqueue, help="queue an event (or a JSONL file of them)")
     enq.add_argument("--event-type", metavar="T", help="the event's type (picks subscribers)")
@@ -340,6 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     enq.add_argument(
         "--file", metavar="EVENTS.jsonl", help="bulk: one event document per line (- for stdin)"
     )
+    add_enqueue_flags(enq)
 
     run = cmd("run", cmd_run, help="the worker: deliver what is due until stopped")
     run.add_argument(

@@ -18,6 +18,8 @@ class Status(enum.StrEnum):
     DELIVERED = "delivered"
     FAILED = "failed"  # failed, a retry is scheduled at next_attempt_at
     DEAD_LETTER = "dead_letter"
+    HELD = "held"  # enqueued with hold: not sent until released
+    CANCELLED = "cancelled"  # ended by event cancel: never sent
 
 
 class Verdict(enum.Enum):
@@ -61,6 +63,14 @@ class EndpointSettings:
     # mTLS: PEM client certificate and key (sealed at rest like secrets).
     client_cert: str | None = None
     client_key: str | None = None
+    # Affiliate postbacks (shaping.py): how macros are spelt, and per macro
+    # name the partner's code for each value (JSON text, as filter).
+    macro_style: str = "brace"
+    value_map: str | None = None
+    # N consecutive failed attempts within S seconds disable the endpoint
+    # (disabled_reason "auto"); None: never.
+    disable_after: int | None = None
+    disable_within_s: float | None = None
 
     @property
     def body_mode(self) -> str:
@@ -190,9 +200,14 @@ RANGES: dict[str, tuple[float, float]] = {
     "retry_cap_ms": (0, 604_800_000),
     "failure_threshold": (1, 10_000),
     "cooldown_s": (1, 86_400),
+    # At most 1000: the worker keeps the failures' times to judge "within".
+    "disable_after": (1, 1_000),
+    "disable_within_s": (1, 2_592_000),  # 30 days
 }
 # The numeric settings that are whole numbers; the others are floats.
-INTEGRAL = frozenset(RANGES) - {"rate_per_s", "cooldown_s"}
+INTEGRAL = frozenset(RANGES) - {"rate_per_s", "cooldown_s", "disable_within_s"}
+# The numeric settings that may be unset (None).
+UNSET_OK = frozenset({"rate_per_s", "burst", "disable_after", "disable_within_s"})
 
 
 def out_of_range(settings: EndpointSettings) -> str | None:
@@ -201,7 +216,7 @@ def out_of_range(settings: EndpointSettings) -> str | None:
     every range; integral settings must be integers (never bools)."""
     for name, (low, high) in RANGES.items():
         value = getattr(settings, name)
-        if value is None and name in ("rate_per_s", "burst"):
+        if value is None and name in UNSET_OK:
             continue
         ok = isinstance(value, int | float) and not isinstance(value, bool)
         if ok and name in INTEGRAL:
@@ -243,6 +258,7 @@ class EndpointSpec(EndpointSettings):
 SEALED_PREFIX = "enc:v1:"  # secretbox.PREFIX (models imports nothing of ours)
 METHODS = ("POST", "GET", "PUT")
 BODIES = ("json", "form", "none")
+MACRO_STYLES = ("brace", "hash", "double")  # shaping.STYLES
 ORDERINGS = ("none", "fifo")
 _KEY_PATH = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
 _PEM = re.compile(r"-----BEGIN [A-Z0-9 ]+-----[\s\S]+-----END [A-Z0-9 ]+-----\s*")
@@ -264,6 +280,10 @@ def validate_shape(spec: EndpointSettings) -> None:
             raise BadInput("ordering_key needs ordering fifo")
         if len(spec.ordering_key) > 200 or not _KEY_PATH.fullmatch(spec.ordering_key):
             raise BadInput("ordering_key must be a field name (a.b for a nested one)")
+    if spec.macro_style not in MACRO_STYLES:
+        raise BadInput(f"macro_style must be one of {', '.join(MACRO_STYLES)}")
+    if (spec.disable_after is None) != (spec.disable_within_s is None):
+        raise BadInput("disable_after and disable_within_s go together")
     if (spec.client_cert is None) != (spec.client_key is None):
         raise BadInput("client_cert and client_key go together")
     for name, pem in (("client_cert", spec.client_cert), ("client_key", spec.client_key)):

@@ -67,6 +67,7 @@ class HealthSummary:
     workers_live: int
     workers_silent: int
     outcomes_waiting: int
+    held: int = 0  # held until released (not pending: never claimed)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

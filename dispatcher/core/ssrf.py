@@ -110,6 +110,8 @@ def parse_target(url: str) -> URL:
             target.host  # noqa: B018 - the decoding aiohttp does; it must not raise
     except (ValueError, UnicodeError) as exc:
         raise BadInput(f"url is not valid: {_reason(exc)}") from None
+    except IndexError:  # yarl on an empty bracketed host with userinfo ("http://[]@/")
+        raise BadInput("url is not valid: its host cannot be read") from None
     if target.scheme not in ("http", "https"):
         raise BadInput("url scheme must be http or https")
     if not host:

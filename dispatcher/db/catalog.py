@@ -102,6 +102,10 @@ def _settings_args(spec: EndpointSpec, box: SecretBox | None) -> tuple[object, .
         spec.ordering_key,
         _sealed_once(box, spec.client_cert),
         _sealed_once(box, spec.client_key),
+        spec.macro_style,
+        spec.value_map,
+        spec.disable_after,
+        spec.disable_within_s,
     )
 
 
@@ -248,16 +252,45 @@ async def enqueue(
     event_id: str | None = None,
     endpoint_id: int | None = None,
     app: str | None = None,
+    *,
+    deliver_at: datetime | None = None,
+    delay_s: float | None = None,
+    hold: bool = False,
 ) -> list[int]:
     """One event; `app` None: the default application's (or, to an endpoint
-    given by id, that endpoint's)."""
+    given by id, that endpoint's). `hold`: its rows wait, `held`, until
+    released; `deliver_at` or `delay_s`: not sent before then."""
     if endpoint_id is not None:
         await check_owner(conn, endpoint_id, app)
+    args = (event_type, payload, event_id, endpoint_id, app)
     try:
-        ids = await conn.fetchval(Q["enqueue_one"], event_type, payload, event_id, endpoint_id, app)
+        if hold or deliver_at is not None or delay_s is not None:
+            ids = await conn.fetchval(Q["enqueue_scheduled"], *args, deliver_at, delay_s, hold)
+        else:
+            ids = await conn.fetchval(Q["enqueue_one"], *args)
     except (asyncpg.InvalidTextRepresentationError, asyncpg.InvalidParameterValueError) as exc:
         raise BadInput(f"cannot enqueue: {one_line(exc)}") from None
     return list(ids)
+
+
+async def event_applications(conn: Conn, event_id: str) -> list[str]:
+    """The applications with deliveries of this event id (event ids are
+    unique per application)."""
+    return [r[0] for r in await conn.fetch(Q["event_applications"], event_id)]
+
+
+async def release_event(conn: Conn, app: str, event_id: str) -> list[int]:
+    """The event's held rows become pending (due at their deliver_at or now)."""
+    async with conn.transaction():
+        ids = list(await conn.fetchval(Q["release_event"], app, event_id))
+        if ids:
+            await conn.execute(Q["notify_due"])
+    return ids
+
+
+async def cancel_event(conn: Conn, app: str, event_id: str) -> list[int]:
+    """The event's rows not yet sent (held, pending, awaiting retry) are cancelled."""
+    return list(await conn.fetchval(Q["cancel_event"], app, event_id))
 
 
 # event_id, event_type, payload, endpoint_id[, application]

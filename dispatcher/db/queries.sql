@@ -79,7 +79,8 @@ SELECT h.endpoint_id, h.state, h.consecutive_failures,
        extract(epoch FROM h.opened_at)::float8 AS opened_at, h.cooldown_seconds,
        extract(epoch FROM h.last_failure_at)::float8 AS last_failure_at,
        extract(epoch FROM h.last_success_at)::float8 AS last_success_at, h.p95_ms,
-       e.failure_threshold, e.cooldown_s, extract(epoch FROM now())::float8 AS db_now
+       e.failure_threshold, e.cooldown_s, extract(epoch FROM now())::float8 AS db_now,
+       h.failure_times, e.disable_after, e.disable_within_s
 FROM endpoint_health h JOIN endpoints e ON e.id = h.endpoint_id
 WHERE h.endpoint_id = ANY($1::bigint[])
 ORDER BY h.endpoint_id
@@ -96,11 +97,13 @@ SET state = s.state,
     last_success_at = to_timestamp(s.last_success_at),
     probe_owner = CASE WHEN s.state = 'half_open' THEN h.probe_owner END,
     probe_started_at = CASE WHEN s.state = 'half_open' THEN h.probe_started_at END,
+    -- Each as an array literal: unnest would flatten an array of arrays.
+    failure_times = s.failure_times::float8[],
     updated_at = now()
 FROM unnest($1::bigint[], $2::text[], $3::int[], $4::float8[], $5::float8[], $6::int[],
-            $7::float8[], $8::float8[])
+            $7::float8[], $8::float8[], $9::text[])
     AS s(endpoint_id, state, consecutive_failures, opened_at, cooldown_s, threshold,
-         last_failure_at, last_success_at)
+         last_failure_at, last_success_at, failure_times)
 WHERE h.endpoint_id = s.endpoint_id;
 
 -- name: record_transitions
@@ -113,6 +116,13 @@ UPDATE endpoints SET enabled = false, disabled_reason = '410 Gone from receiver'
        updated_at = now()
 WHERE id = ANY($1::bigint[]) AND enabled
 RETURNING id;
+
+-- name: disable_auto
+-- disable_after failures within disable_within_s (core.autodisable),
+-- decided with the breakers locked: the endpoints it disabled, once.
+UPDATE endpoints SET enabled = false, disabled_reason = 'auto', updated_at = now()
+WHERE id = ANY($1::bigint[]) AND enabled AND deleted_at IS NULL
+RETURNING id, application_id;
 
 -- name: begin_probe
 -- Exactly one worker wins the half-open probe; a prober that died is
@@ -135,26 +145,28 @@ SELECT e.id, e.url, e.secret, e.event_types, e.rate_per_s, e.burst, e.max_in_fli
        e.timeout_ms, e.max_attempts, e.retry_base_ms, e.retry_cap_ms,
        e.failure_threshold, e.cooldown_s, e.enabled, e.headers, e.method, e.body,
        e.success_body, e.filter, e.ordering, e.ordering_key, e.client_cert, e.client_key,
-       e.application_id, e.kind,
+       e.application_id, e.kind, e.macro_style, e.value_map, e.disable_after,
+       e.disable_within_s,
        coalesce(
            (SELECT array_agg(s.secret ORDER BY s.expires_at DESC) FROM endpoint_secrets s
             WHERE s.endpoint_id = e.id AND s.expires_at > now()),
            '{}') AS old_secrets,
        h.state, h.consecutive_failures, extract(epoch FROM h.opened_at)::float8 AS opened_at,
-       h.cooldown_seconds, h.probe_owner, h.p95_ms,
+       h.cooldown_seconds, h.probe_owner, h.p95_ms, h.failure_times,
        greatest(0, extract(epoch FROM h.paused_until - now()))::float8 AS paused_for_s,
        extract(epoch FROM now())::float8 AS db_now
 FROM endpoints e LEFT JOIN endpoint_health h ON h.endpoint_id = e.id
-WHERE e.deleted_at IS NULL
+WHERE e.deleted_at IS NULL AND ($1::bigint IS NULL OR e.id = $1)  -- $1: one (a test shot)
 ORDER BY e.id;
 
 -- name: insert_endpoint
 INSERT INTO endpoints (url, secret, event_types, rate_per_s, burst, max_in_flight, timeout_ms,
                        max_attempts, retry_base_ms, retry_cap_ms, failure_threshold, cooldown_s,
                        name, description, method, body, success_body, filter, ordering,
-                       ordering_key, client_cert, client_key, headers, application_id)
+                       ordering_key, client_cert, client_key, macro_style, value_map,
+                       disable_after, disable_within_s, headers, application_id)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
-        $18::jsonb, $19, $20, $21, $22, $23::jsonb, $24)
+        $18::jsonb, $19, $20, $21, $22, $23, $24::jsonb, $25, $26, $27::jsonb, $28)
 RETURNING *;
 
 -- name: list_endpoints
@@ -237,6 +249,27 @@ SELECT count(*) FROM ins;
 SELECT CASE WHEN $5::text IS NULL THEN dispatcher_enqueue($1, $2::json, $3, $4)
             ELSE dispatcher_enqueue_app($5, $1, $2::json, $3, $4) END;
 
+-- name: enqueue_scheduled
+-- enqueue_one held or for later: the application is the caller's, or the
+-- endpoint's, or the default (as dispatcher_enqueue decides it).
+SELECT dispatcher_enqueue_app(
+    coalesce($5::text, (SELECT application_id FROM endpoints
+                        WHERE id = $4 AND deleted_at IS NULL), 'default'),
+    $1, $2::json, $3, $4,
+    deliver_at => coalesce($6::timestamptz, now() + make_interval(secs => $7::float8)),
+    hold => $8);
+
+-- name: event_applications
+-- By the (event_id, endpoint_id) unique index.
+SELECT DISTINCT e.application_id FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
+WHERE q.event_id = $1 ORDER BY 1;
+
+-- name: release_event
+SELECT dispatcher_release_event($1, $2);
+
+-- name: cancel_event
+SELECT dispatcher_cancel_event($1, $2);
+
 -- name: enqueue_message
 SELECT dispatcher_enqueue_app($1, $2, $3::json, $4, channels => $5::text[],
                               deliver_at => $6::timestamptz);
@@ -253,7 +286,9 @@ SELECT
     (SELECT count(*) FROM webhook_queue
       WHERE status IN ('failed', 'dead_letter') AND updated_at > now() - interval '1 hour')
         AS failed_last_hour,
-    min(created_at) AS oldest_pending,
+    -- A row delayed by its producer (deliver_at) is not late before it is due.
+    min(created_at) FILTER (WHERE status <> 'pending' OR next_attempt_at <= now())
+        AS oldest_pending,
     (SELECT avg(last_response_ms) FROM webhook_queue
       WHERE status = 'delivered' AND delivered_at > now() - interval '1 hour')
         AS avg_delivery_ms_last_hour,
@@ -264,7 +299,9 @@ SELECT
     (SELECT count(*) FROM dispatcher_workers
       WHERE heartbeat_at <= now() - interval '10 seconds') AS workers_silent,
     (SELECT coalesce(sum(outcomes_waiting), 0) FROM dispatcher_workers)::bigint
-        AS outcomes_waiting
+        AS outcomes_waiting,
+    -- webhook_queue_held_idx (013): no scan of the queue.
+    (SELECT count(*) FROM webhook_queue WHERE status = 'held') AS held
 FROM webhook_queue
 WHERE status IN ('pending', 'failed', 'in_flight');
 
@@ -418,7 +455,8 @@ SELECT
       WHERE status = 'dead_letter' AND updated_at <= now() - interval '1 hour'
         AND updated_at > now() - interval '2 hours') AS dead_prev_hour,
     (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM webhook_queue
-      WHERE status IN ('pending', 'failed', 'in_flight')) AS oldest_pending_age_s,
+      WHERE status IN ('pending', 'failed', 'in_flight')
+        AND (status <> 'pending' OR next_attempt_at <= now())) AS oldest_pending_age_s,
     (SELECT max(retry_cap_ms)::float8 / 1000 FROM endpoints) AS retry_window_s;
 
 -- name: metrics_view
@@ -428,7 +466,8 @@ SELECT
     (SELECT count(*) FROM webhook_queue WHERE status = 'in_flight') AS in_flight,
     (SELECT count(*) FROM webhook_queue WHERE status = 'dead_letter') AS dead_letter,
     (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM webhook_queue
-      WHERE status IN ('pending', 'failed', 'in_flight')) AS oldest_pending_s,
+      WHERE status IN ('pending', 'failed', 'in_flight')
+        AND (status <> 'pending' OR next_attempt_at <= now())) AS oldest_pending_s,
     (SELECT count(*) FILTER (WHERE h.state = 'closed') FROM endpoint_health h
       JOIN endpoints e ON e.id = h.endpoint_id AND e.deleted_at IS NULL) AS closed,
     (SELECT count(*) FILTER (WHERE h.state = 'open') FROM endpoint_health h
@@ -463,7 +502,8 @@ UPDATE endpoints SET
     timeout_ms = $7, max_attempts = $8, retry_base_ms = $9, retry_cap_ms = $10,
     failure_threshold = $11, cooldown_s = $12, name = $13, description = $14,
     method = $15, body = $16, success_body = $17, filter = $18::jsonb, ordering = $19,
-    ordering_key = $20, client_cert = $21, client_key = $22, headers = $23::jsonb,
+    ordering_key = $20, client_cert = $21, client_key = $22, macro_style = $23,
+    value_map = $24::jsonb, disable_after = $25, disable_within_s = $26, headers = $27::jsonb,
     updated_at = now()
 WHERE id = $1
 RETURNING *;

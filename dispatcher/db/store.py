@@ -56,6 +56,7 @@ class EndpointState(NamedTuple):
     paused_for_s: float
     broken: str | None = None  # why this row cannot be sent to, if it cannot
     ops: bool = False  # an operational webhook (schema 011), not a customer's endpoint
+    failure_times: tuple[float, ...] = ()  # the stored run (core.autodisable)
 
 
 def _decoded(
@@ -87,10 +88,11 @@ def _decoded(
 
 
 async def engine_endpoints(
-    conn: Conn, box: SecretBox | None = None
+    conn: Conn, box: SecretBox | None = None, only: int | None = None
 ) -> tuple[float, list[EndpointState]]:
-    """Every endpoint with its stored breaker, for the engine's gates; and the DB clock."""
-    rows = await conn.fetch(Q["engine_endpoints"])
+    """Every endpoint (or `only` that one) with its stored breaker, for the
+    engine's gates; and the DB clock."""
+    rows = await conn.fetch(Q["engine_endpoints"], only)
     out = []
     db_now = 0.0
     sealed_opened, sealed_failed, readable = 0, None, 0
@@ -117,6 +119,7 @@ async def engine_endpoints(
                 r["paused_for_s"] or 0.0,
                 broken,
                 r["kind"] == "ops",
+                tuple(r["failure_times"] or ()),
             )
         )
     if sealed_failed is not None and not sealed_opened and (box is not None or not readable):
@@ -178,6 +181,9 @@ class StoredBreaker(NamedTuple):
     breaker: Breaker
     threshold: int  # effective: lowered for slow endpoints
     base_cooldown_s: float
+    failure_times: tuple[float, ...] = ()  # core.autodisable's run
+    disable_after: int | None = None
+    disable_within_s: float | None = None
 
 
 async def lock_breakers(
@@ -198,13 +204,22 @@ async def lock_breakers(
             ),
             effective_threshold(r["failure_threshold"], r["p95_ms"]),
             r["cooldown_s"],
+            tuple(r["failure_times"]),
+            r["disable_after"],
+            r["disable_within_s"],
         )
         for r in rows
     }
 
 
-async def store_breakers(conn: Conn, breakers: dict[int, tuple[Breaker, int]]) -> None:
+async def store_breakers(
+    conn: Conn,
+    breakers: dict[int, tuple[Breaker, int]],
+    failure_times: dict[int, tuple[float, ...]] | None = None,
+) -> None:
+    """`failure_times`: each endpoint's autodisable run (absent: none)."""
     ids = list(breakers)
+    runs = failure_times or {}
     await conn.execute(
         Q["store_health"],
         ids,
@@ -215,6 +230,7 @@ async def store_breakers(conn: Conn, breakers: dict[int, tuple[Breaker, int]]) -
         [breakers[i][1] for i in ids],
         [breakers[i][0].last_failure_at for i in ids],
         [breakers[i][0].last_success_at for i in ids],
+        ["{" + ",".join(map(repr, runs.get(i, ()))) + "}" for i in ids],
     )
 
 
@@ -232,6 +248,13 @@ async def disable_gone(conn: Conn, endpoint_ids: list[int]) -> list[int]:
 async def ops_emit(conn: Conn, events: list[OpsEvent]) -> None:
     """Operational events of a flush, queued in its transaction (one statement)."""
     await opswebhooks.emit(conn, events)
+
+
+async def disable_auto(conn: Conn, endpoint_ids: list[int]) -> list[tuple[int, str]]:
+    """Disables these endpoints (reason `auto`); returns those it disabled
+    now, with their application."""
+    rows = await conn.fetch(Q["disable_auto"], endpoint_ids)
+    return [(r["id"], r["application_id"]) for r in rows]
 
 
 async def begin_probe(conn: Conn, endpoint_id: int, worker: str, stale_after_s: float) -> bool:

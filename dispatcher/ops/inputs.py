@@ -20,7 +20,7 @@ import orjson
 
 from dispatcher.core.errors import BadInput
 from dispatcher.core.models import INTEGRAL, RANGES, EndpointSpec, fmt_number
-from dispatcher.core.shaping import compile_success_body, url_sample
+from dispatcher.core.shaping import compile_success_body, parse_value_map, url_sample
 from dispatcher.core.signing import validate_secret
 from dispatcher.core.ssrf import validate_url
 
@@ -226,9 +226,11 @@ SPEC_FIELDS = frozenset(f.name for f in fields(EndpointSpec))
 
 _NULLABLE = frozenset({"rate_per_s", "burst", "secret", "name", "description", "body",
                        "success_body", "filter", "ordering_key", "client_cert",
-                       "client_key"})  # fmt: skip
+                       "client_key", "value_map", "disable_after",
+                       "disable_within_s"})  # fmt: skip
 _TEXT_FIELDS = frozenset({"url", "secret", "name", "description", "method", "body",
-                          "ordering", "ordering_key", "client_cert", "client_key"})  # fmt: skip
+                          "ordering", "ordering_key", "client_cert", "client_key",
+                          "macro_style"})  # fmt: skip
 
 
 def _filter_text(value: Any) -> str:
@@ -253,6 +255,8 @@ def _typed(name: str, value: Any) -> Any:
         raise BadInput(f"{name} must not be null")
     if name == "filter":
         return _filter_text(value)
+    if name == "value_map":
+        return parse_value_map(value)
     if name == "success_body":
         if not isinstance(value, str):
             raise BadInput("success_body must be a string")
@@ -317,7 +321,7 @@ def spec_from_fields(data: Mapping[str, Any], base: EndpointSpec | None = None) 
         values[name] = _typed(name, value)
     if "url" not in values:
         raise BadInput("url is required")
-    validate_url(url_sample(values["url"]))
+    validate_url(url_sample(values["url"], values.get("macro_style", "brace")))
     secret = values.get("secret")
     if secret is not None:
         validate_secret(secret)

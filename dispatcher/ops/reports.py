@@ -168,7 +168,7 @@ async def dead_letters(
     return [as_dict(r) for r in await catalog.dead_letters(conn, endpoint_id, n, app)]
 
 
-STATUSES = ("pending", "in_flight", "delivered", "failed", "dead_letter")
+STATUSES = ("pending", "in_flight", "delivered", "failed", "dead_letter", "held", "cancelled")
 
 
 async def recent_deliveries(

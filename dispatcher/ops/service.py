@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from dispatcher.core import opsevents
-from dispatcher.core.errors import BadInput, Throttled
+from dispatcher.core.errors import BadInput, NotFound, Throttled
 from dispatcher.core.models import SETTING_NAMES, EndpointSpec
 from dispatcher.core.rows import EndpointRecord
 from dispatcher.core.secretbox import SecretBox, seal, unseal
@@ -37,6 +37,7 @@ from dispatcher.db import Conn, applications, catalog, columns, opswebhooks
 from dispatcher.ops.eventtypes import validate_events, validate_payload
 from dispatcher.ops.inputs import (
     DEFAULT_MAX_PAYLOAD_BYTES,
+    check_event_id,
     check_event_type,
     check_id,
     check_number,
@@ -62,12 +63,12 @@ HEADER_MASK = "••••"
 RESOLVE_TIMEOUT_S = 3.0
 
 
-async def vet_target(url: str, targets: TargetPolicy) -> None:
+async def vet_target(url: str, targets: TargetPolicy, style: str = "brace") -> None:
     """The SSRF guard at `endpoint add`: the literal address, then what the
     name resolves to now. A name that does not resolve (yet), or a resolver
     that does not answer in time, is accepted: the sender checks every
     connection after DNS anyway, and a receiver's DNS may go live later."""
-    url = url_sample(url)
+    url = url_sample(url, style)
     check_target(url, targets)
     if targets.allow_private or targets.names_via_proxy:
         return
@@ -96,6 +97,7 @@ def endpoint_public(record: EndpointRecord, *, secret: str | None = None) -> dic
     out["headers"] = {name: HEADER_MASK for name, _ in record.headers}
     out["body"] = record.body_mode
     out["filter"] = None if record.filter is None else orjson.loads(record.filter)
+    out["value_map"] = None if record.value_map is None else orjson.loads(record.value_map)
     # A client key is a credential, and the certificate goes with it.
     out["client_cert"] = None if record.client_cert is None else HEADER_MASK
     out["client_key"] = None if record.client_key is None else HEADER_MASK
@@ -143,7 +145,7 @@ async def add_endpoint(
     max_endpoints; the operator's CLI and the Python API are not held to it."""
     spec.validate()  # a spec built in Python skips spec_from_fields: same ranges
     if targets is not None:
-        await vet_target(spec.url, targets)
+        await vet_target(spec.url, targets, spec.macro_style)
     if any(value == HEADER_MASK for _, value in spec.headers):
         raise BadInput(f"a header value {HEADER_MASK} only keeps a stored value in an update")
     secret = spec.secret or new_secret(signature)
@@ -193,9 +195,9 @@ async def update_endpoint(
         )
         spec = spec_from_fields(patch, base)
         if targets is not None and spec.url != current.url:
-            await vet_target(spec.url, targets)
+            await vet_target(spec.url, targets, spec.macro_style)
         elif targets is not None:
-            check_target(url_sample(spec.url), targets)
+            check_target(url_sample(spec.url, spec.macro_style), targets)
         stored = current.headers
         if "headers" in patch:
             stored = _patched_headers(current.headers, spec.headers, box)
@@ -308,20 +310,81 @@ async def enqueue(
     *,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     app: str | None = None,
+    deliver_at: str | datetime | None = None,
+    delay_s: float | None = None,
+    hold: bool = False,
 ) -> dict[str, Any]:
     """Queues one event of `app` (None: the default application, or the
     given endpoint's): a delivery per subscribed endpoint of that application
     (or only to `endpoint_id`). JSON text or bytes are kept byte for byte.
     The same event id again in the same application creates nothing new and
-    answers the existing deliveries."""
+    answers the existing deliveries. `hold`: sent only once released;
+    `deliver_at` (a time) or `delay_s`: not before then."""
     event_type = check_event_type(event_type)
     event_id = event_id_of(event_id)
     endpoint_id = check_id(endpoint_id)
     text = payload_text(payload, max_payload_bytes)
     app = _app(app)
     await validate_payload(conn, app, event_type, text, endpoint_id=endpoint_id)
-    ids = await catalog.enqueue(conn, event_type, text, event_id, endpoint_id, app)
+    when = _schedule(deliver_at, delay_s, hold)
+    ids = await catalog.enqueue(conn, event_type, text, event_id, endpoint_id, app, **when)
     return {"event_id": event_id, "deliveries": ids}
+
+
+MAX_DELAY_S = 366 * 86_400.0  # a year and a day: a conversion's approval window at most
+
+
+def _schedule(deliver_at: Any, delay_s: Any, hold: Any) -> dict[str, Any]:
+    """deliver_at / delay_s / hold, checked, as catalog.enqueue takes them."""
+    if deliver_at is not None and delay_s is not None:
+        raise BadInput("give deliver_at or delay_s, not both")
+    if not isinstance(hold, bool):
+        raise BadInput("hold must be true or false")
+    delay = None if delay_s is None else check_number(delay_s, "delay_s", 0, MAX_DELAY_S)
+    return {"deliver_at": parse_time(deliver_at, "deliver_at"), "delay_s": delay, "hold": hold}
+
+
+async def release_event(conn: Conn, event_id: str, app: str | None = None) -> dict[str, Any]:
+    """Sends an event's held deliveries (of `app`; None: of the one
+    application that has the event): `{"event_id", "released": [ids]}`.
+    Releasing again changes nothing; an event the application does not
+    have: NotFound."""
+    event_id = _event_id(event_id)
+    app = await _event_app(conn, event_id, app)
+    return {"event_id": event_id, "released": await catalog.release_event(conn, app, event_id)}
+
+
+async def cancel_event(conn: Conn, event_id: str, app: str | None = None) -> dict[str, Any]:
+    """Ends an event's deliveries not yet sent (held, pending, awaiting a
+    retry): status `cancelled`, never sent. One on the wire finishes.
+    `{"event_id", "cancelled": [ids]}`."""
+    event_id = _event_id(event_id)
+    app = await _event_app(conn, event_id, app)
+    return {"event_id": event_id, "cancelled": await catalog.cancel_event(conn, app, event_id)}
+
+
+def _event_id(value: Any) -> str:
+    event_id = check_event_id(value)
+    if event_id is None:
+        raise BadInput("event_id is required")
+    return event_id
+
+
+async def _event_app(conn: Conn, event_id: str, app: str | None) -> str:
+    """The application whose event this is: `app` (an application's caller,
+    or the operator naming one) if it has the event; for the operator
+    without one, the one application that has it. NotFound otherwise (the
+    message names neither the id nor another application)."""
+    apps = await catalog.event_applications(conn, event_id)
+    if app is not None:
+        if check_app(app) not in apps:
+            raise NotFound(f"no such event in application {app}")
+        return app
+    if not apps:
+        raise NotFound("no such event")
+    if len(apps) > 1:
+        raise BadInput(f"this event id is in applications {', '.join(apps)}: name one (app)")
+    return apps[0]
 
 
 async def enqueue_event(
@@ -335,12 +398,15 @@ async def enqueue_event(
     `app` is the application the document's own "app" resolved to.
     `within_quota` (the HTTP API): Throttled, with nothing queued, past the
     application's max_events_per_s."""
+    # Scheduling belongs to one event, not to a JSONL line: taken out here.
+    when = _schedule(doc.get("deliver_at"), doc.get("delay_s"), doc.get("hold", False))
+    doc = {k: v for k, v in doc.items() if k not in ("deliver_at", "delay_s", "hold")}
     event_id, event_type, payload, endpoint, _ = parse_event(doc, max_payload_bytes)
     app = _app(app)
     if within_quota:
         await take_event_quota(conn, app, 1, endpoint)
     await validate_payload(conn, app, event_type, payload, endpoint_id=endpoint)
-    ids = await catalog.enqueue(conn, event_type, payload, event_id, endpoint, app)
+    ids = await catalog.enqueue(conn, event_type, payload, event_id, endpoint, app, **when)
     return {"event_id": event_id, "deliveries": ids}
 
 
@@ -372,12 +438,16 @@ async def send_test_event(
     if within_quota:
         await take_event_quota(conn, app, 1, endpoint_id)
     event_id = event_id_of(None)
-    text = orjson.dumps(
-        {"type": TEST_EVENT_TYPE, "endpoint_id": endpoint_id, "message": "a test event"}
-    ).decode()
+    text = test_payload(endpoint_id)
     # The catalog checks the endpoint is there and, with `app`, the application's.
     ids = await catalog.enqueue(conn, TEST_EVENT_TYPE, text, event_id, endpoint_id, app)
     return {"event_id": event_id, "deliveries": ids}
+
+
+def test_payload(endpoint_id: int) -> str:
+    """The payload of a test event or a test shot when none is given."""
+    doc = {"type": TEST_EVENT_TYPE, "endpoint_id": endpoint_id, "message": "a test event"}
+    return orjson.dumps(doc).decode()
 
 
 def _app(app: str | None) -> str | None:

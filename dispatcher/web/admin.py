@@ -29,7 +29,7 @@ from dispatcher.metrics import CONTENT_TYPE, Metrics
 from dispatcher.ops import eventtypes, opswebhooks, reports, service, tenancy
 from dispatcher.ops.inputs import spec_from_fields
 from dispatcher.settings import Settings
-from dispatcher.web import idempotency, pages, portal, security, svix
+from dispatcher.web import idempotency, pages, portal, postbacks, security, svix
 from dispatcher.web import openapi as oas
 from dispatcher.web.keys import POOL, SETTINGS, read_object
 from dispatcher.web.routes import Access, Handler, Route, add_routes
@@ -600,6 +600,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST",   "/portal/logout",                       APP,
           portal.logout,           None),
     *svix.ROUTES,
+    *postbacks.ROUTES,
 )
 # fmt: on
 RULES = security.AccessRules.of(ROUTES)

@@ -75,6 +75,15 @@ _ENDPOINT_FIELDS: dict[str, Any] = {
                     "description": "PEM client certificate for mTLS (shown as ••••)"},
     "client_key": {"type": "string", "nullable": True,
                    "description": "PEM private key for mTLS (shown as ••••)"},
+    "macro_style": {"type": "string", "enum": ["brace", "hash", "double"],
+                    "description": "URL macros as {name}, #name# or {{name}}"},
+    "value_map": {"type": "object", "nullable": True,
+                  "additionalProperties": {"type": "object", "additionalProperties": {"type": "string"}},
+                  "description": "per macro name, value → partner code; \"*\" for the rest"},
+    "disable_after": {"type": "integer", "nullable": True, "minimum": 1, "maximum": 1000,
+                      "description": "consecutive failed attempts that disable the endpoint "
+                                     "(with disable_within_s)"},
+    "disable_within_s": {"type": "number", "nullable": True, "minimum": 1, "maximum": 2592000},
 }
 
 _QUOTAS: dict[str, Any] = {
@@ -118,6 +127,12 @@ _DOCUMENT: dict[str, Any] = {
                     "event_id": {"type": "string", "minLength": 1, "maxLength": 200},
                     "endpoint": {"type": "integer", "minimum": 1},
                     "app": _APP,
+                    "deliver_at": {"type": "string", "format": "date-time",
+                                   "description": "not sent before this time"},
+                    "delay_s": {"type": "number", "minimum": 0,
+                                "description": "not sent before this many seconds from now"},
+                    "hold": {"type": "boolean",
+                             "description": "held until POST /v1/events/{event_id}/release"},
                 },
                 "required": ["event_type", "payload"],
             },
@@ -418,6 +433,38 @@ PORTAL_LOGIN = {
     "parameters": [{"name": "code", "in": "query", "required": True, "schema": _STR}],
     "responses": {"303": {"description": "signed in"}, "401": {"description": "code unknown, used or expired"}}}
 
+# fmt: on
+
+
+# Postback tooling (web/postbacks.py).
+# fmt: off
+ENDPOINT_SEND_TEST = {
+    "summary": "Send one request to this endpoint now, outside the queue (signed and shaped "
+               "as a delivery); answers the receiver's status, latency and first 2 KiB of body. "
+               "Nothing is stored",
+    "parameters": _ONE,
+    "requestBody": _body({"type": "object", "properties": {
+        "payload": {}, "event_type": {"type": "string", "minLength": 1, "maxLength": 200},
+        "app": _APP}, "additionalProperties": False}, False),
+    "responses": _ok({"type": "object", "properties": {
+        "endpoint_id": _INT, "event_id": _STR, "sent": {"type": "boolean"},
+        "delivered": {"type": "boolean"}, "method": _STR, "url": {**_STR, "nullable": True},
+        "status_code": {**_INT, "nullable": True}, "latency_ms": _INT,
+        "error": {**_STR, "nullable": True}, "body": _STR,
+        "body_truncated": {"type": "boolean"}}})}
+_EVENT_PATH = [{"name": "event_id", "in": "path", "required": True, "schema": _STR}, _APP_QUERY]
+_EVENT_APP = _body({"type": "object", "properties": {"app": _APP},
+                    "additionalProperties": False}, False)
+EVENT_RELEASE = {
+    "summary": "Send an event's held deliveries (held → pending)", "parameters": _EVENT_PATH,
+    "requestBody": _EVENT_APP,
+    "responses": _ok({"type": "object", "properties": {
+        "event_id": _STR, "released": {"type": "array", "items": _INT}}})}
+EVENT_CANCEL = {
+    "summary": "End an event's deliveries not yet sent (held, pending, awaiting a retry)",
+    "parameters": _EVENT_PATH, "requestBody": _EVENT_APP,
+    "responses": _ok({"type": "object", "properties": {
+        "event_id": _STR, "cancelled": {"type": "array", "items": _INT}}})}
 # fmt: on
 
 

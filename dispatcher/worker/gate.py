@@ -25,7 +25,7 @@ from dataclasses import replace
 from aiolimiter import AsyncLimiter
 
 from dispatcher import log
-from dispatcher.core import concurrency
+from dispatcher.core import autodisable, concurrency
 from dispatcher.core.breaker import (
     Breaker,
     BreakerState,
@@ -132,6 +132,7 @@ class Gate:
         "probe_sent",
         "probing",
         "rate_share",
+        "run",
         "sem",
         "unwritten",
         "wire",
@@ -168,6 +169,7 @@ class Gate:
         self.probe_sent = False
         self.p95_ms: float | None = None
         self.paused_until = 0.0  # monotonic; Retry-After pauses the endpoint
+        self.run: autodisable.Run = ()  # this process's view of disable_after's run
 
     # ------------------------------------------------------------ configuration
 
@@ -210,6 +212,7 @@ class Gate:
         self.paused_until = max(self.paused_until, now_mono + state.paused_for_s)
         if self.unwritten == 0:
             self.breaker = state.breaker
+            self.run = state.failure_times
         self.probing = state.breaker.state is BreakerState.HALF_OPEN and state.probe_owner == worker
         if not self.probing:
             self.probe_sent = False
@@ -327,6 +330,15 @@ class Gate:
                 threshold=self.threshold(),
                 base_cooldown_s=self.endpoint.cooldown_s,
             )
+        ep = self.endpoint
+        if ready and ep.disable_after is not None:
+            # As for a 410: this process stops at once; the recorder's fold
+            # of the stored run disables the endpoint for every worker.
+            self.run, off = autodisable.fold(
+                self.run, ready, db_now, after=ep.disable_after, within_s=ep.disable_within_s
+            )
+            if off:
+                self.endpoint = replace(ep, enabled=False)
         return ready
 
     def _clean(self) -> bool:
@@ -362,7 +374,8 @@ GONE_HOLD_S = 10.0
 def _wire_key(ep: Endpoint) -> tuple[object, ...]:
     """What an EndpointWire is built from."""
     return (ep.url, ep.secrets, ep.timeout_ms, ep.headers, ep.method, ep.body,
-            ep.success_body, ep.client_cert, ep.client_key)  # fmt: skip
+            ep.success_body, ep.client_cert, ep.client_key, ep.macro_style,
+            ep.value_map)  # fmt: skip
 
 
 class Gates:
@@ -478,7 +491,7 @@ class Gates:
         other way gets them here, before anything is sent. The reason is
         ours, never the row's text (its URL or header values)."""
         checks: tuple[tuple[str, Callable[[], object]], ...] = (
-            ("url refused", lambda: validate_url(url_sample(ep.url))),
+            ("url refused", lambda: validate_url(url_sample(ep.url, ep.macro_style))),
             ("headers invalid", lambda: validate_headers(ep.headers)),
             ("success_body is not RE2 syntax", lambda: compile_success_body(ep.success_body)),
             ("method, body or ordering invalid", lambda: validate_shape(ep)),

@@ -26,7 +26,7 @@ from collections.abc import Callable
 import asyncpg
 
 from dispatcher import log
-from dispatcher.core import opsevents
+from dispatcher.core import autodisable, opsevents
 from dispatcher.core.breaker import Breaker, BreakerState, fold
 from dispatcher.core.models import Outcome, Stats, Status
 from dispatcher.db import DATABASE_ERRORS, Conn, acquire, store
@@ -39,6 +39,15 @@ FLUSH_RETRY_S = 1.0
 # Successes alone skip the breaker write for an endpoint whose stored
 # breaker this recorder wrote clean this recently.
 QUIET_S = 1.0
+
+
+def on_auto_disabled(disabled: list[tuple[int, str]]) -> None:
+    """Endpoints (id, application) just disabled by disable_after in this
+    flush: said once here, whichever worker decided it. (Their
+    `endpoint.disabled` operational webhook, reason "auto", is queued with
+    the flush's other events, in its transaction.)"""
+    for endpoint_id, app in disabled:
+        log.event("endpoint_auto_disabled", endpoint_id=endpoint_id, app=app)
 
 
 class Recorder:
@@ -152,6 +161,7 @@ class Recorder:
         written: dict[int, Breaker] = {}
         transitions: list[tuple[int, str, str]] = []
         disabled: list[int] = []
+        auto: list[int] = []
         ops = self._ops_webhooks()
         async with acquire(self._pool) as conn, conn.transaction():
             lags: list[float] = []
@@ -159,7 +169,7 @@ class Recorder:
                 lags = await store.record_outcomes(conn, batch, self.worker)
                 self.stats.statements += 1
             if touched:
-                written, transitions = await self._write_breakers(conn, touched, results)
+                written, transitions, auto = await self._write_breakers(conn, touched, results)
             if gone:
                 disabled = await store.disable_gone(conn, gone)
                 self.stats.statements += 1
@@ -168,6 +178,7 @@ class Recorder:
                 self.stats.statements += 1
             if ops:
                 events = opsevents.of_flush(batch, disabled, transitions, ops)
+                events += [opsevents.disabled(e, opsevents.AUTO) for e in auto if e not in ops]
                 if events:
                     await store.ops_emit(conn, events)
                     self.stats.statements += 1
@@ -191,12 +202,24 @@ class Recorder:
 
     async def _write_breakers(
         self, conn: Conn, ids: list[int], results: dict[int, list[bool]]
-    ) -> tuple[dict[int, Breaker], list[tuple[int, str, str]]]:
-        """The new breakers, and the transitions (endpoint, from, to) stored."""
+    ) -> tuple[dict[int, Breaker], list[tuple[int, str, str]], list[int]]:
+        """The new breakers, the transitions (endpoint, from, to) stored, and
+        the endpoints disable_after disabled."""
         db_now, locked = await store.lock_breakers(conn, ids)
         new: dict[int, tuple[Breaker, int]] = {}
+        runs: dict[int, tuple[float, ...]] = {}
+        off: list[int] = []
         transitions: list[tuple[int, str, str, float]] = []
         for eid, stored in locked.items():
+            runs[eid], disable = autodisable.fold(
+                stored.failure_times,
+                results[eid],
+                db_now,
+                after=stored.disable_after,
+                within_s=stored.disable_within_s,
+            )
+            if disable:
+                off.append(eid)
             b, changes = fold(
                 stored.breaker,
                 results[eid],
@@ -215,7 +238,13 @@ class Recorder:
                 )
                 self.stats.breaker_transitions.append((eid, t.from_state.value, t.to_state.value))
             new[eid] = (b, stored.threshold)
-        await store.store_breakers(conn, new)
+        await store.store_breakers(conn, new, runs)
         await store.record_transitions(conn, transitions)
         self.stats.statements += 3
-        return {eid: b for eid, (b, _) in new.items()}, [t[:3] for t in transitions]
+        auto: list[int] = []
+        if off:
+            done = await store.disable_auto(conn, off)
+            on_auto_disabled(done)
+            auto = [eid for eid, _ in done]
+            self.stats.statements += 1
+        return {eid: b for eid, (b, _) in new.items()}, [t[:3] for t in transitions], auto

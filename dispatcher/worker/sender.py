@@ -12,6 +12,7 @@ import contextlib
 import errno
 import json
 import os
+import random
 import socket
 import ssl
 import tempfile
@@ -30,14 +31,14 @@ from dispatcher.core.errors import BadInput, OperationalError, TargetRefused
 from dispatcher.core.models import AttemptResult, Delivery, Endpoint, Verdict
 from dispatcher.core.retry import classify_status, parse_retry_after
 from dispatcher.core.shaping import (
-    BUILTINS,
     SUCCESS_BODY_BYTES,
-    MissingMacro,
+    Unshapeable,
     body_matches,
     compile_success_body,
     form_body,
-    lookup,
+    load_value_map,
     parse_template,
+    postback_id,
 )
 from dispatcher.core.signing import Signer
 from dispatcher.core.ssrf import (
@@ -175,8 +176,9 @@ CONTENT_TYPES = {"json": "application/json", "form": "application/x-www-form-url
 class EndpointWire:
     """Per-endpoint wire settings, built once per endpoint version."""
 
-    __slots__ = ("body_mode", "headers", "method", "shaped", "signer", "ssl", "success",
-                 "target", "template", "timeout_ms", "timeout_s", "url", "url_refusal")  # fmt: skip
+    __slots__ = ("body_mode", "extras", "headers", "method", "shaped", "signer", "ssl",
+                 "success", "target", "template", "timeout_ms", "timeout_s", "url", "url_refusal",
+                 "value_map")  # fmt: skip
 
     def __init__(
         self,
@@ -191,10 +193,16 @@ class EndpointWire:
         body_mode: str = "json",
         success_body: str | None = None,
         ssl_context: ssl.SSLContext | bool = True,
+        macro_style: str = "brace",
+        value_map: str | None = None,
     ):
         self.url = url
-        template = parse_template(url)
+        template = parse_template(url, macro_style)
         self.template = template if template.has_macros else None
+        self.value_map = load_value_map(value_map)
+        # The built-ins that cost something per attempt, computed only when
+        # the template uses them.
+        self.extras = frozenset(template.names) & {"postback_id", "rand", "unix_time_ms"}
         # Parsed once, not per request; a template's host is fixed text.
         self.target = URL(template.sample() if self.template else url)
         self.method = method
@@ -230,31 +238,31 @@ class EndpointWire:
         try:
             doc = load_payload(body)
             if self.template is not None:
-                for name in self.template.names:
-                    lookup(doc, name, _ANY_BUILTIN)
-        except MissingMacro as exc:
+                self.template.check(doc, self.value_map)
+        except Unshapeable as exc:
             return None, str(exc)
         except ValueError as exc:
             return None, f"payload unreadable: {type(exc).__name__}"
         return doc, None
 
-    def request(
-        self, event_id: str, event_type: str, attempt: int, ts: int, body: bytes, doc: Any
-    ) -> tuple[URL, bytes]:
+    def request(self, d: Delivery, now: float, body: bytes, doc: Any) -> tuple[URL, bytes]:
         """The URL and the bytes to send (and sign) for one attempt."""
         target = self.target
         if self.template is not None:
-            builtins = {"event_id": event_id, "event_type": event_type,
-                        "attempt": str(attempt), "timestamp": str(ts)}  # fmt: skip
-            target = URL(self.template.render(doc, builtins), encoded=True)
+            builtins = {"event_id": d.event_id, "event_type": d.event_type,
+                        "attempt": str(d.attempt_count + 1),
+                        "timestamp": str(int(now))}  # fmt: skip
+            if self.extras:
+                builtins["postback_id"] = postback_id(d.endpoint_id, d.event_id)
+                builtins["unix_time_ms"] = str(int(now * 1000))
+                # Fresh per attempt (a partner's cache-buster), not a secret.
+                builtins["rand"] = str(random.getrandbits(48))
+            target = URL(self.template.render(doc, builtins, self.value_map), encoded=True)
         if self.body_mode == "json":
             return target, body
         if self.body_mode == "form":
             return target, form_body(doc)
         return target, b""
-
-
-_ANY_BUILTIN = dict.fromkeys(BUILTINS, "")
 
 
 def load_payload(body: bytes) -> Any:
@@ -374,11 +382,17 @@ class Sender:
             body_mode=endpoint.body_mode,
             success_body=endpoint.success_body,
             ssl_context=tls,
+            macro_style=endpoint.macro_style,
+            value_map=endpoint.value_map,
         )
 
-    async def post(self, wire: EndpointWire, d: Delivery, doc: Any = None) -> AttemptResult:
+    async def post(
+        self, wire: EndpointWire, d: Delivery, doc: Any = None, shown: list[Any] | None = None
+    ) -> AttemptResult:
         """One attempt of `d`. `doc`: the payload as data (wire.prepare),
-        needed when the wire is shaped (URL macros, form body)."""
+        needed when the wire is shaped (URL macros, form body). `shown`
+        (a test shot, never the queue): gets the method, the URL sent and
+        the start of the answer's body, to show a person once."""
         event_id, body = d.event_id, d.body
         assert self._session is not None, "Sender.start() first"
         if wire.url_refusal is not None:
@@ -392,7 +406,9 @@ class Sender:
         ts = int(now)
         target, data = wire.target, body
         if wire.shaped or wire.body_mode != "json":
-            target, data = wire.request(event_id, d.event_type, d.attempt_count + 1, ts, body, doc)
+            target, data = wire.request(d, now, body, doc)
+        if shown is not None:
+            shown += (wire.method, str(target))
         headers = wire.headers.copy()
         headers["webhook-id"] = event_id
         headers["webhook-timestamp"] = str(ts)
@@ -418,7 +434,8 @@ class Sender:
                 ms = int((time.perf_counter() - t0) * 1000)
                 retry_after = resp.headers.get("retry-after")
                 try:
-                    answer = await self._drain(resp, keep=wire.success is not None)
+                    keep = wire.success is not None or shown is not None
+                    answer = await self._drain(resp, keep=keep)
                 except (aiohttp.ClientError, OSError, TimeoutError):
                     # The status line arrived in time: that is the answer.
                     # A body cut short after a 2xx is still a delivery
@@ -443,6 +460,8 @@ class Sender:
             return self._failed(Verdict.RETRYABLE, t0, attempt_error(exc))
         finally:
             self.deadlines.done(watch)
+        if shown is not None:
+            shown.append(answer)
         verdict = classify_status(status)
         if verdict is Verdict.SUCCESS:
             if wire.success is not None and not body_matches(wire.success, answer):

@@ -30,3 +30,12 @@ async def test_https_smoke(server_url: str) -> None:
     for phase in doc["phases"].values():
         assert phase["lost"] == 0 and phase["duplicates"] == 0
     assert doc["ratio"] > 0
+
+
+async def test_held_smoke(server_url: str) -> None:
+    doc = await bench_smoke(server_url, "held", timeout=180)
+    assert doc["ok"] and not doc["problems"], doc["problems"]
+    result = doc["held_result"]
+    assert result["lost"] == 0
+    assert result["delivered"] == {"none": doc["events"], "held": doc["events"]}
+    assert result["ratio"] > 0

@@ -18,7 +18,7 @@ from dispatcher.core.signing import sign
 from tests.browser import CHROMIUM, Page, browser
 from tests.e2e import test_dashboard as dashboard
 from tests.helpers import cli
-from tests.receivers import Receiver, status
+from tests.receivers import Receiver, bodies, status
 
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="chromium is not installed (.ci/run installs it)"
@@ -324,3 +324,43 @@ async def test_customer_subscribes_from_the_event_type_catalogue(
         "SELECT event_types FROM endpoints WHERE application_id = 'acme' AND url LIKE '%catalogue'"
     )
     assert types == ["order.paid"]
+
+
+async def test_customer_edits_its_postback_and_runs_a_test_shot(
+    conn: asyncpg.Connection, receiver: Receiver, console: str, link: str, tmp_path: Path
+) -> None:
+    """Issue 24: the template edited in the portal, and "Test now" showing
+    the partner's answer (status, latency, body), with nothing stored."""
+    receiver.routes["/acme-pb"] = bodies('{"result": "success", "partner": "acme-net"}')
+    ep = (await _admin(console, "POST", "/v1/endpoints",
+                       {"app": "acme", "url": receiver.url("/acme-pb?c={click_id|default:none}"),
+                        "method": "GET", "name": "Partner"}))["id"]  # fmt: skip
+    queued = await conn.fetchval("SELECT count(*) FROM webhook_queue")
+    async with browser(tmp_path / "profile") as page:
+        await _sign_in(page, link, console)
+        card = f'article[data-endpoint="{ep}"]'
+        await page.present(f'button[data-edit="{ep}"]')
+        await page.click(f'button[data-edit="{ep}"]')
+        await page.present(f'select[data-edit-style="{ep}"]')
+        template = receiver.url("/acme-pb?c=#click_id|default:none#&s=#status|default:x#")
+        await page.eval(
+            f"(() => {{ const u = document.querySelector('input[data-edit-url=\"{ep}\"]');"
+            f" u.value = '{template}';"
+            f" document.querySelector('select[data-edit-style=\"{ep}\"]').value = 'hash';"
+            f" document.querySelector('textarea[data-edit-map=\"{ep}\"]').value ="
+            f' \'{{"status": {{"x": "0"}}}}\'; }})()'
+        )
+        await page.click(f'button[data-edit-save="{ep}"]')
+        await page.wait(f"!document.querySelector('select[data-edit-style=\"{ep}\"]')")
+        row = await conn.fetchrow("SELECT macro_style, value_map FROM endpoints WHERE id = $1", ep)
+        assert row["macro_style"] == "hash" and json.loads(row["value_map"]) == {
+            "status": {"x": "0"}
+        }
+        await page.click(f'button[data-shot="{ep}"]')
+        shot = f"document.querySelector('[data-shot-result=\"{ep}\"]')"
+        await page.wait(f"{shot} && {shot}.innerText.includes('acme-net')")
+        shown = await page.text(card)
+        assert "HTTP 200" in shown and " ms" in shown and "?c=none&s=x" in shown
+        await page.screenshot(tmp_path / "portal-shot.png")
+    assert [r.query for r in receiver.requests_to("/acme-pb")] == ["c=none&s=x"]
+    assert await conn.fetchval("SELECT count(*) FROM webhook_queue") == queued

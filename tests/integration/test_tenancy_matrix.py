@@ -73,6 +73,9 @@ MATRIX: dict[str, tuple[int | None, ...]] = {
     "POST /v1/endpoints/{ep}/enable":             (200, 404,  403,  200,  401, 401, 403,  200),
     "POST /v1/endpoints/{ep}/rotate-secret":      (200, 404,  403,  200,  401, 401, 403,  200),
     "POST /v1/endpoints/{ep}/test":               (202, 404,  403,  202,  401, 401, 403,  202),
+    "POST /v1/endpoints/{ep}/send-test":          (200, 404,  403,  200,  401, 401, 403,  200),
+    "POST /v1/events/{event}/release":            (200, 404,  403,  200,  401, 401, 403,  200),
+    "POST /v1/events/{event}/cancel":             (200, 404,  403,  200,  401, 401, 403,  200),
     "GET /v1/endpoints/health":                   (200, 200,  403,  200,  401, 401, 200,  200),
     "POST /v1/events":                            (202, 404,  403,  202,  401, 401, 403,  202),
     "GET /v1/deliveries?event_id={event}":        (200, 200,  403,  200,  401, 401, 200,  200),
@@ -193,6 +196,9 @@ BODIES: dict[str, Any] = {
     "PATCH /v1/endpoints/{ep}": {"description": "patched"},
     "POST /v1/endpoints/{ep}/rotate-secret": {"grace_s": 60},
     "POST /v1/endpoints/{ep}/test": {},
+    "POST /v1/endpoints/{ep}/send-test": {},
+    "POST /v1/events/{event}/release": {},
+    "POST /v1/events/{event}/cancel": {},
     "POST /v1/events": {"event_type": "order.created", "payload": {"n": 1}, "endpoint_id": "{ep}"},
     "POST /v1/dead-letters/replay": {"ids": ["{dead}"]},
     "POST /v1/event-types": {"name": "{fresh}", "description": "new"},
@@ -346,7 +352,10 @@ async def world(server_url: str, template_db: str) -> AsyncIterator[World]:
     url = with_database(server_url, name)
     # Cells offer expired and revoked credentials by the hundred from one
     # address: throttling them is test_credential_limits' subject, not this one's.
-    settings = replace(FAST, admin_token=ADMIN, auth_failures_per_min=1_000_000)
+    # A test shot (send-test) goes to a proxy that refuses at once: the
+    # endpoints' hosts (acme.example) are never looked up.
+    settings = replace(FAST, admin_token=ADMIN, auth_failures_per_min=1_000_000,
+                       http_proxy="http://127.0.0.1:9")  # fmt: skip
     runner: web.BaseRunner = await start_admin("127.0.0.1:0", settings, url, quiet=True)
     host, port = runner.addresses[0][:2]
     jar = aiohttp.DummyCookieJar()  # every cookie is sent by hand

@@ -31,7 +31,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from dispatcher.core.models import RANGES
+from dispatcher.core.models import INTEGRAL, RANGES, UNSET_OK
 from dispatcher.db import catalog
 from tests.helpers import WORKER_ENV, cli_env
 from tests.integration.test_unusable_rows import GarbageServer, in_vocabulary
@@ -60,8 +60,7 @@ def _out_of_range(name: str, value: Any) -> bool:
     low, high = RANGES[name]
     if isinstance(value, bool) or not isinstance(value, int | float):
         return True
-    return not low <= value <= high or (name not in ("rate_per_s", "cooldown_s")
-                                        and not isinstance(value, int))  # fmt: skip
+    return not low <= value <= high or (name in INTEGRAL and not isinstance(value, int))
 
 
 def _names_the_range(name: str, value: Any) -> bool:
@@ -69,7 +68,7 @@ def _names_the_range(name: str, value: Any) -> bool:
     setting's kind (not a string, a bool, a fraction for an integer)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
-    if name not in ("rate_per_s", "cooldown_s") and not isinstance(value, int):
+    if name in INTEGRAL and not isinstance(value, int):
         return False
     return abs(value) < 2**63
 
@@ -201,9 +200,7 @@ async def settings_at_their_extremes(a: Tenant, conn: asyncpg.Connection, url: s
     before = await a.ok("GET", f"/v1/endpoints/{flood['id']}")
     for name, (low, high) in RANGES.items():
         for value in EXTREMES:
-            if not _out_of_range(name, value) or (
-                value is None and name in ("rate_per_s", "burst")
-            ):
+            if not _out_of_range(name, value) or (value is None and name in UNSET_OK):
                 continue  # in range (1.5/s), or null: no rate limit
             for method, path, body in (
                 ("POST", "/v1/endpoints", {"url": url, name: value}),

@@ -574,6 +574,12 @@ def test_non_canonical_forms_are_refused_even_where_allowed(host: str) -> None:
         check_target(f"http://{host}/", TargetPolicy(allow_private=True))
 
 
+def test_an_unreadable_bracketed_host_is_bad_input() -> None:
+    for url in ("http://[]@/hook", "http://][@/hook"):
+        with pytest.raises(BadInput, match="not valid"):
+            validate_url(url)
+
+
 def test_canonical_and_names_are_left_to_the_address_check() -> None:
     assert target_refusal("8.8.8.8", allow_private=False) is None
     assert target_refusal("example.com", allow_private=False) is None
@@ -587,6 +593,9 @@ def test_canonical_and_names_are_left_to_the_address_check() -> None:
 @PROPS
 @given(st.text(max_size=60))
 def test_whatever_validate_url_accepts_the_sender_can_build(host: str) -> None:
+    # Macro marks are the template's to judge (test_postback_macros): "a/{"
+    # is a host and a path with an unbalanced brace, refused at add.
+    assume(not set(host) & set("{}#"))
     url = f"http://{host}/hook"
     try:
         validate_url(url)

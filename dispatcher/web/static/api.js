@@ -30,6 +30,7 @@ export function client(signIn) {
   return {
     get: path => call("GET", path),
     post: (path, body) => call("POST", path, body),
+    patch: (path, body) => call("PATCH", path, body),
     // Ends the session (a state change like any other: the CSRF token).
     signOut: async logoutPath => {
       await fetch(logoutPath, { method: "POST", credentials: "same-origin", headers: { "X-CSRF-Token": csrf } });
@@ -127,7 +128,7 @@ export function ago(ts) {
 
 const STATUS = {
   pending: "pending", in_flight: "in flight", failed: "retry scheduled",
-  delivered: "delivered", dead_letter: "dead letter",
+  delivered: "delivered", dead_letter: "dead letter", held: "held", cancelled: "cancelled",
 };
 export const statusPill = s => `<span class="pill st-${esc(s)}">${esc(STATUS[s] || s)}</span>`;
 

@@ -35,6 +35,8 @@ function settings(e) {
     ["breaker", `opens after ${num(e.failure_threshold)} failures in a row, cools down ${duration(e.cooldown_s)}`],
     ["in flight", `at most ${num(e.max_in_flight)}`],
     ["rate", e.rate_per_s ? `${num(e.rate_per_s)}/s, burst ${num(e.burst ?? e.rate_per_s)}` : "unlimited"],
+    ["macros", `${e.macro_style} style${e.value_map ? `, value map ${JSON.stringify(e.value_map)}` : ""}`],
+    ["auto-disable", e.disable_after ? `after ${num(e.disable_after)} failures within ${duration(e.disable_within_s)}` : "off"],
   ];
   return rows.map(([k, v]) => `<div><dt>${esc(k)}</dt><dd>${esc(v)}</dd></div>`).join("");
 }

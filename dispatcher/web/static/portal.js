@@ -9,10 +9,10 @@ import { client, SignedOut, endpointName, ms, when, result } from "./api.js";
 
 const POLL_MS = 2000;
 const LIMIT = 50;
-const FINAL = new Set(["delivered", "dead_letter"]);
+const FINAL = new Set(["delivered", "dead_letter", "cancelled"]);
 const STATUS = {
   pending: "waiting", in_flight: "sending", failed: "retrying",
-  delivered: "delivered", dead_letter: "dead letter",
+  delivered: "delivered", dead_letter: "dead letter", held: "held", cancelled: "cancelled",
 };
 const CIRCUIT = {
   closed: ["closed", "healthy"],
@@ -78,6 +78,8 @@ const state = {
   confirming: null, // endpoint id whose rotation waits for a confirmation
   busy: new Set(), // data-keys of buttons whose call is running
   watch: null, // {eventId, deliveryId, what}: followed in the notice until final
+  shots: new Map(), // endpoint id → the last test shot's answer (shown, never stored)
+  editing: null, // endpoint id whose postback template is being edited
 };
 
 // ---------------------------------------------------------------- messages
@@ -175,6 +177,8 @@ function endpointCard(e) {
     : actionButton("Enable", `enable-${e.id}`, () => post(`/v1/endpoints/${e.id}/enable`), { "data-enable": e.id });
   const actions = el("div", { class: "actions" },
     actionButton("Send test event", `test-${e.id}`, () => sendTest(e), { "data-test": e.id, class: "primary" }),
+    actionButton("Test now", `shot-${e.id}`, () => shoot(e), { "data-shot": e.id }),
+    button("Edit postback", `edit-${e.id}`, () => { state.editing = e.id; draw(); }, { "data-edit": e.id }),
     toggle,
     button("Rotate secret", `rotate-${e.id}`, () => { state.confirming = e.id; draw(); }, { "data-rotate": e.id }),
     button("Deliveries", `show-${e.id}`, () => filterTo(e.id), { "data-show": e.id }));
@@ -190,7 +194,48 @@ function endpointCard(e) {
       actionButton("Rotate now", `rotate-yes-${e.id}`, () => rotate(e), { "data-rotate-confirm": e.id, class: "primary" }),
       button("Cancel", `rotate-no-${e.id}`, () => { state.confirming = null; draw(); })));
   }
+  const shot = state.shots.get(e.id);
+  if (shot) card.append(shotResult(e.id, shot));
+  if (state.editing === e.id) card.append(templateForm(e));
   return card;
+}
+
+// A test shot: one request now, outside the queue; the partner's answer is
+// shown here once (status, latency, the first 2 KiB of its body).
+async function shoot(e) {
+  state.shots.set(e.id, await post(`/v1/endpoints/${e.id}/send-test`));
+}
+
+function shotResult(id, s) {
+  const line = !s.sent ? `Not sent: ${s.error}`
+    : `${result(s.status_code, s.error)} in ${ms(s.latency_ms)}${s.delivered ? "" : " (counts as failed)"}`;
+  return el("div", { class: "confirm shot", dataset: { shotResult: id } },
+    el("p", {}, el("b", {}, "Test now: "), line),
+    s.url ? el("p", { class: "url" }, `${s.method} ${s.url}`) : null,
+    s.body ? el("pre", { class: "shot-body" }, s.body + (s.body_truncated ? "\n…" : "")) : null,
+    button("Close", `shot-close-${id}`, () => { state.shots.delete(id); draw(); }));
+}
+
+// The postback template: URL, macro style and value map, changed in place.
+function templateForm(e) {
+  const url = el("input", { type: "url", value: e.url, "data-edit-url": e.id, "aria-label": "URL" });
+  const style = el("select", { "data-edit-style": e.id, "aria-label": "Macro style" },
+    ["brace", "hash", "double"].map(v => el("option", { value: v, selected: v === e.macro_style }, v)));
+  const map = el("textarea", { rows: 3, "data-edit-map": e.id, "aria-label": "Value map (JSON)",
+    placeholder: '{"status": {"approved": "1", "*": "0"}}' }, e.value_map ? JSON.stringify(e.value_map) : "");
+  const save = async () => {
+    let vmap = null;
+    if (map.value.trim()) {
+      try { vmap = JSON.parse(map.value); } catch { throw new Error("the value map is not JSON"); }
+    }
+    await api.patch(`/v1/endpoints/${e.id}`, { url: url.value, macro_style: style.value, value_map: vmap });
+    state.editing = null;
+  };
+  return el("div", { class: "confirm", role: "group" },
+    el("p", {}, "Macros: {name}, #name# or {{name}}; |default:VALUE, |raw (query only); {postback_id}, {rand}, {unix_time_ms}."),
+    url, style, map,
+    actionButton("Save", `edit-save-${e.id}`, save, { "data-edit-save": e.id, class: "primary" }),
+    button("Cancel", `edit-no-${e.id}`, () => { state.editing = null; draw(); }));
 }
 
 async function rotate(e) {
@@ -217,7 +262,8 @@ function filterTo(id) {
 }
 
 function drawEndpoints() {
-  const key = JSON.stringify([state.endpoints, [...state.health.values()], state.confirming, [...state.busy]]);
+  const key = JSON.stringify([state.endpoints, [...state.health.values()], state.confirming, [...state.busy],
+    [...state.shots], state.editing]);
   redraw($("endpoints"), key, () => state.endpoints.length
     ? state.endpoints.map(endpointCard)
     : [el("p", { class: "dim" }, "No endpoints yet. Add the URL where you want to receive webhooks.")]);

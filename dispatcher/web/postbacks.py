@@ -1,0 +1,78 @@
+"""Postback tooling over HTTP (SPEC "Postback tooling"): a test shot sent
+now (`POST /v1/endpoints/{id}/send-test`, beside `…/test`, which queues a
+test event), and releasing or cancelling one event's held deliveries.
+
+Rows of the server's one table (`ROUTES`, joined into admin.ROUTES); each
+handler parses, calls one operation and renders it.
+"""
+
+from __future__ import annotations
+
+import orjson
+from aiohttp import web
+
+from dispatcher import db
+from dispatcher.ops import service
+from dispatcher.ops.inputs import check_event_type, check_id, payload_text
+from dispatcher.web import openapi as oas
+from dispatcher.web.keys import POOL, SETTINGS, read_object
+from dispatcher.web.routes import Access, Handler, Route
+from dispatcher.web.security import json_response as _json
+from dispatcher.worker import testshot
+
+
+def _scope(request: web.Request, named: object) -> str | None:
+    """admin._scope (imported when called: admin imports this module for
+    its route table): an application's credential acts in its own only."""
+    from dispatcher.web.admin import _scope as scope
+
+    return scope(request, named)
+
+
+async def endpoint_send_test(request: web.Request) -> web.Response:
+    """Sends one request now and answers what the receiver said: status,
+    latency, the first 2 KiB of its body. 200 whatever the receiver
+    answered (the answer is the result); it counts against the
+    application's events quota like a test event."""
+    eid = int(request.match_info["id"])  # the route's pattern: digits
+    check_id(eid, "id")
+    body = await read_object(request, ("payload", "event_type", "app"))
+    app = _scope(request, body.get("app"))
+    settings = request.app[SETTINGS]
+    if "payload" in body:
+        raw = payload_text(orjson.dumps(body["payload"]), settings.max_payload_bytes)
+    else:
+        raw = service.test_payload(eid)
+    event_type = check_event_type(body.get("event_type", testshot.TEST_EVENT_TYPE))
+    async with db.acquire(request.app[POOL]) as conn:
+        await service.take_event_quota(conn, app, 1, eid)
+        doc = await testshot.send_now(
+            conn, settings, eid, raw.encode(), event_type=event_type, app=app
+        )
+    return _json(doc)
+
+
+def _event_action(release: bool) -> Handler:
+    """`{"app"?}` or `?app=`: the event's application (default: default)."""
+    op = service.release_event if release else service.cancel_event
+
+    async def handler(request: web.Request) -> web.Response:
+        body = await read_object(request, ("app",))
+        app = _scope(request, body.get("app"))
+        async with db.acquire(request.app[POOL]) as conn:
+            return _json(await op(conn, request.match_info["event_id"], app))
+
+    return handler
+
+
+ID = "{id:[0-9]+}"
+# fmt: off
+ROUTES: tuple[Route, ...] = (
+    Route("POST", f"/v1/endpoints/{ID}/send-test",    Access.APP,
+          endpoint_send_test,   oas.ENDPOINT_SEND_TEST),
+    Route("POST", "/v1/events/{event_id}/release",    Access.APP,
+          _event_action(True),  oas.EVENT_RELEASE),
+    Route("POST", "/v1/events/{event_id}/cancel",     Access.APP,
+          _event_action(False), oas.EVENT_CANCEL),
+)
+# fmt: on
