@@ -156,7 +156,8 @@ class Gate:
         # yet: until it has, a stored breaker read from the database is
         # older than this view (a refresh must not reopen what just tripped).
         self.unwritten = 0
-        # When a 410 disabled it here, before the recorder has written that.
+        # When its own results (a 410, disable_after) disabled it here, before
+        # the recorder has written that.
         self.gone_at: float | None = None
         self.max_share = endpoint.max_in_flight  # this process's part of max_in_flight
         self.rate_share = endpoint.rate_per_s
@@ -339,6 +340,7 @@ class Gate:
             )
             if off:
                 self.endpoint = replace(ep, enabled=False)
+                self.gone_at = time.monotonic()
         return ready
 
     def _clean(self) -> bool:
@@ -365,8 +367,8 @@ def _horizon(ep: Endpoint) -> float:
     return ep.timeout_ms / 1000 + 5.0
 
 
-# How long a 410 seen here outweighs a refresh that still reads the endpoint
-# enabled: the recorder writes the disable within a flush, and an operator
+# How long a disable seen here (a 410, disable_after) outweighs a refresh that
+# still reads the endpoint enabled: the recorder writes it within a flush, and an operator
 # who enables it again at once waits this long at most.
 GONE_HOLD_S = 10.0
 
