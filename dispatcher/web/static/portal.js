@@ -362,7 +362,7 @@ async function loadAttempts(list) {
     && state.attempts.get(d.id)?.key !== `${d.status}/${d.attempt_count}`);
   const events = [...new Set(stale.map(d => d.event_id))];
   await Promise.all(events.map(async eventId => {
-    for (const d of await get(`/v1/deliveries?event_id=${encodeURIComponent(eventId)}`)) {
+    for (const d of (await get(`/v1/deliveries?event_id=${encodeURIComponent(eventId)}`)).deliveries) {
       state.attempts.set(d.id, { key: `${d.status}/${d.attempt_count}`, attempts: d.attempts });
     }
   }));
@@ -405,7 +405,7 @@ async function drawWatch() {
   const w = state.watch;
   if (!w) return;
   let d = state.deliveries.find(x => x.id === w.deliveryId);
-  if (!d) d = (await get(`/v1/deliveries?event_id=${encodeURIComponent(w.eventId)}`)).find(x => x.id === w.deliveryId);
+  if (!d) d = (await get(`/v1/deliveries?event_id=${encodeURIComponent(w.eventId)}`)).deliveries.find(x => x.id === w.deliveryId);
   if (!d) return;
   const outcome = d.status === "delivered" ? `delivered, ${result(d.last_status_code, null)} in ${ms(d.last_response_ms)}`
     : d.status === "dead_letter" ? `gave up, ${result(d.last_status_code, d.last_error)}`
@@ -447,9 +447,9 @@ async function refresh() {
   state.endpoints = endpoints;
   state.byId = new Map(endpoints.map(e => [e.id, e]));
   state.health = new Map(health.map(h => [h.endpoint_id, h]));
-  state.deliveries = deliveries;
+  state.deliveries = deliveries.deliveries;
   state.dead = dead.length;
-  await loadAttempts(deliveries);
+  await loadAttempts(state.deliveries);
   await drawWatch();
   draw();
 }
