@@ -128,6 +128,27 @@ class DeliveryView:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class BrowsedDelivery:
+    """A row of the deliveries browser: a delivery with its application."""
+
+    id: int
+    endpoint_id: int
+    app: str
+    event_id: str
+    event_type: str
+    status: str
+    attempt_count: int
+    max_attempts: int
+    created_at: datetime
+    next_attempt_at: datetime
+    delivered_at: datetime | None
+    updated_at: datetime
+    last_error: str | None
+    last_status_code: int | None
+    last_response_ms: int | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class AlertInputs:
     dead_last_hour: int
     dead_prev_hour: int

@@ -494,6 +494,77 @@ WHERE w.event_id = $1
        OR w.endpoint_id IN (SELECT id FROM endpoints WHERE application_id = $2))
 ORDER BY l.delivery_id, l.measured_at;
 
+-- name: browse_deliveries
+-- The deliveries browser (GET /v1/deliveries): newest first by id (ids are
+-- handed out in creation order), $8 the cursor (the last id of the page
+-- before). Without an endpoint or event id this walks the primary key
+-- backwards and stops at the page's end; an endpoint (or an application's
+-- few endpoints) walks webhook_queue_browse_idx (schema 014) instead, so
+-- a quiet endpoint's page does not read the busy ones' rows; an event id,
+-- the unique (event_id, endpoint_id) index. An application's rows include
+-- those of its deleted endpoints: they are still its history.
+SELECT q.id, q.endpoint_id, e.application_id AS app, q.event_id, q.event_type, q.status,
+       q.attempt_count, q.max_attempts, q.created_at, q.next_attempt_at, q.delivered_at,
+       q.updated_at, q.last_error, q.last_status_code, q.last_response_ms
+FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
+WHERE ($1::text IS NULL OR e.application_id = $1)
+  AND ($2::text IS NULL OR q.status = $2)
+  AND ($3::bigint IS NULL OR q.endpoint_id = $3)
+  AND ($4::text IS NULL OR q.event_type = $4)
+  AND ($5::text IS NULL OR q.event_id = $5)
+  AND ($6::timestamptz IS NULL OR q.created_at >= $6)
+  AND ($7::timestamptz IS NULL OR q.created_at < $7)
+  AND ($8::bigint IS NULL OR q.id < $8)
+ORDER BY q.id DESC
+LIMIT $9;
+
+-- name: get_delivery
+-- One delivery with its payload, of one application ($2) or any.
+SELECT q.id, q.endpoint_id, e.application_id AS app, q.event_id, q.event_type, q.status,
+       q.attempt_count, q.max_attempts, q.created_at, q.next_attempt_at, q.delivered_at,
+       q.updated_at, q.last_error, q.last_status_code, q.last_response_ms,
+       q.payload::text AS payload
+FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
+WHERE q.id = $1 AND ($2::text IS NULL OR e.application_id = $2);
+
+-- name: attempts_for_delivery
+-- Through the (endpoint_id, measured_at) index from the row's creation on:
+-- the delivery_id BRIN alone would read every block range it overlaps.
+SELECT l.delivery_id, l.measured_at AS at, l.status_code, l.response_ms, l.error
+FROM endpoint_latency l
+WHERE l.endpoint_id = $2 AND l.delivery_id = $1 AND l.measured_at >= $3
+ORDER BY l.measured_at;
+
+-- name: dead_letters_page
+-- Dead letters newest first, as dead_letters_list, continuing after the
+-- cursor ($4, $5: the dead_at and id of the last row of the page before).
+SELECT id, endpoint_id, event_id, event_type, attempt_count, created_at, updated_at AS dead_at,
+       last_error, last_status_code, last_response_ms
+FROM webhook_queue
+WHERE status = 'dead_letter' AND ($1::bigint IS NULL OR endpoint_id = $1)
+  AND ($3::text IS NULL
+       OR endpoint_id IN (SELECT id FROM endpoints WHERE application_id = $3))
+  AND ($4::timestamptz IS NULL OR (updated_at, id) < ($4, $5::bigint))
+ORDER BY updated_at DESC, id DESC
+LIMIT $2;
+
+-- name: replay_since
+-- "Resend everything that failed since": every live endpoint's dead letters
+-- (of one application, or all) that died in [$2, $3), oldest first, at
+-- most $4 per call, through the dead-letter index per endpoint.
+UPDATE webhook_queue
+SET status = 'pending', attempt_count = 0, next_attempt_at = now(), updated_at = now()
+WHERE id IN (
+    SELECT q.id FROM webhook_queue q
+    WHERE q.status = 'dead_letter' AND q.updated_at >= $2
+      AND ($3::timestamptz IS NULL OR q.updated_at < $3)
+      AND q.endpoint_id IN (SELECT id FROM endpoints WHERE deleted_at IS NULL
+                            AND ($1::text IS NULL OR application_id = $1))
+    ORDER BY q.updated_at, q.id
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED)
+RETURNING id;
+
 -- name: update_endpoint
 -- The service merges a patch over the locked current row and validates the
 -- whole result; every setting is written back.

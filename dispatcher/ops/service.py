@@ -33,7 +33,7 @@ from dispatcher.core.signing import (
     validate_secret,
 )
 from dispatcher.core.ssrf import TargetPolicy, check_resolved, check_target, parse_target
-from dispatcher.db import Conn, applications, catalog, columns, opswebhooks
+from dispatcher.db import Conn, applications, catalog, columns, deliveries, opswebhooks
 from dispatcher.ops.eventtypes import validate_events, validate_payload
 from dispatcher.ops.inputs import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -492,7 +492,8 @@ async def replay(
 ) -> Replayed:
     """Moves dead letters back to pending with a fresh attempt budget: the
     given ids, or an endpoint's (optionally only those that died between
-    `since` and `until`, at most `limit` per call)."""
+    `since` and `until`, at most `limit` per call), or without an endpoint
+    those of every endpoint (of `app`) that died since `since`."""
     if ids is not None and endpoint_id is not None:
         raise BadInput("use either ids or an endpoint, not both")
     if ids is not None:
@@ -502,13 +503,19 @@ async def replay(
             check_id(i, "each id")
         n = await catalog.replay_ids(conn, list(ids), app)
         return Replayed(requeued=n, limit_reached=False)
-    if endpoint_id is None:
-        raise BadInput("replay needs ids or an endpoint")
-    check_id(endpoint_id, "endpoint")
-    await catalog.check_owner(conn, endpoint_id, app)
     cap = DEFAULT_REPLAY_LIMIT if limit is None else limit
     if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
         raise BadInput("limit must be at least 1")
     start, end = parse_time(since, "since"), parse_time(until, "until")
+    if endpoint_id is None:
+        # "Resend everything that failed since…": every endpoint of the
+        # application (the admin: of every application), only with a time,
+        # so that no call requeues a whole history by accident.
+        if start is None:
+            raise BadInput("replay needs ids, an endpoint, or a since time")
+        n = await deliveries.replay_since(conn, app, start, end, cap)
+        return Replayed(requeued=n, limit_reached=n == cap)
+    check_id(endpoint_id, "endpoint")
+    await catalog.check_owner(conn, endpoint_id, app)
     n = await catalog.replay_endpoint(conn, endpoint_id, start, end, cap)
     return Replayed(requeued=n, limit_reached=n == cap)

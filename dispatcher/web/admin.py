@@ -29,7 +29,7 @@ from dispatcher.metrics import CONTENT_TYPE, Metrics
 from dispatcher.ops import eventtypes, opswebhooks, reports, service, tenancy
 from dispatcher.ops.inputs import spec_from_fields
 from dispatcher.settings import Settings
-from dispatcher.web import idempotency, pages, portal, postbacks, security, svix
+from dispatcher.web import browse, idempotency, pages, portal, postbacks, security, svix
 from dispatcher.web import openapi as oas
 from dispatcher.web.keys import POOL, SETTINGS, read_object
 from dispatcher.web.routes import Access, Handler, Route, add_routes
@@ -256,25 +256,6 @@ async def events_create(request: web.Request) -> web.Response:
     return _json(result, 202)
 
 
-async def deliveries(request: web.Request) -> web.Response:
-    """One event's deliveries with their attempts (`?event_id=`), or
-    without it the newest deliveries (`?status=`, `?endpoint_id=`, `?limit=`)."""
-    app = _scope(request)
-    event_id = request.query.get("event_id")
-    async with _conn(request) as conn:
-        if event_id is not None:
-            return _json(await reports.deliveries_for_event(conn, event_id, app))
-        return _json(
-            await reports.recent_deliveries(
-                conn,
-                app=app,
-                status=request.query.get("status"),
-                endpoint_id=_query_int(request, "endpoint_id"),
-                limit=_query_int(request, "limit"),
-            )
-        )
-
-
 # ---------------------------------------------------------------- dead letters
 
 
@@ -291,14 +272,6 @@ def _query_number(request: web.Request, name: str) -> float | None:
         return float(value)
     except ValueError:
         raise BadInput(f"{name} must be a number") from None
-
-
-async def dead_letters(request: web.Request) -> web.Response:
-    endpoint = _query_int(request, "endpoint_id")
-    limit = _query_int(request, "limit")
-    app = _scope(request)
-    async with _conn(request) as conn:
-        return _json(await reports.dead_letters(conn, endpoint, limit, app))
 
 
 async def dead_letters_analyze(request: web.Request) -> web.Response:
@@ -558,10 +531,7 @@ ROUTES: tuple[Route, ...] = (
           event_type_update,       oas.EVENT_TYPE_UPDATE),
     Route("DELETE", "/v1/event-types/{name}",               APP,
           event_type_delete,       oas.EVENT_TYPE_DELETE),
-    Route("GET",    "/v1/deliveries",                       APP,
-          deliveries,              oas.DELIVERIES),
-    Route("GET",    "/v1/dead-letters",                     APP,
-          dead_letters,            oas.DEAD_LETTERS),
+    *browse.ROUTES,  # deliveries, one delivery, dead letters
     Route("GET",    "/v1/dead-letters/analyze",             ADMIN,
           dead_letters_analyze,    oas.DEAD_LETTERS_ANALYZE),
     Route("POST",   "/v1/dead-letters/replay",              APP,

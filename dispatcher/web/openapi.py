@@ -318,32 +318,59 @@ EVENTS_CREATE = {"summary": "Enqueue an event (fan-out to subscribers)",
                                                       "queued; try again after Retry-After seconds",
                                        "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 1}}},
                                        **_REFUSED}}}
+_DELIVERY_FIELDS: dict[str, Any] = {
+    "id": _INT, "endpoint_id": _INT, "app": _STR, "event_id": _STR, "event_type": _STR,
+    "status": {"type": "string", "enum": ["pending", "in_flight", "delivered", "failed", "dead_letter"]},
+    "attempt_count": _INT, "max_attempts": _INT, "created_at": _TS, "next_attempt_at": _TS,
+    "delivered_at": _TS, "updated_at": _TS, "last_error": {"type": "string", "nullable": True},
+    "last_status_code": {"type": "integer", "nullable": True},
+    "last_response_ms": {"type": "integer", "nullable": True},
+}
+_ATTEMPT = {"type": "object", "properties": {
+    "at": _TS, "status_code": {"type": "integer", "nullable": True}, "response_ms": _INT,
+    "error": {"type": "string", "nullable": True}}}
+_ENDPOINT_QUERY = {"name": "endpoint_id", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 2**62}}
+_LIMIT_QUERY = {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}}
+_CURSOR_QUERY = {"name": "cursor", "in": "query", "schema": {"type": "string", "maxLength": 40},
+                 "description": "the next_cursor (X-Next-Cursor) of the page before; opaque"}
 DELIVERIES = {
-    "summary": "Deliveries of one event, each with its attempts (?event_id=); without it, "
-               "the newest deliveries, optionally of one status and one endpoint",
+    "summary": "Deliveries, newest first, filtered by any of status, endpoint_id, app, event_type, "
+               "event_id, since, until (created in [since, until)), a page at a time: next_cursor "
+               "is the next page's ?cursor=, null on the last. With event_id, each delivery "
+               "carries its attempts",
     "parameters": [
-        {"name": "event_id", "in": "query", "schema": {"type": "string", "minLength": 1}},
-        {"name": "status", "in": "query", "schema": {
-            "type": "string", "enum": ["pending", "in_flight", "delivered", "failed", "dead_letter"]}},
-        {"name": "endpoint_id", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 2**62}},
-        {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
-        _APP_QUERY,
+        {"name": "event_id", "in": "query", "schema": {"type": "string", "minLength": 1, "maxLength": 200}},
+        {"name": "status", "in": "query", "schema": _DELIVERY_FIELDS["status"]},
+        _ENDPOINT_QUERY,
+        {"name": "event_type", "in": "query", "schema": {"type": "string", "maxLength": 256}},
+        {"name": "since", "in": "query", "schema": {"type": "string", "format": "date-time"}},
+        {"name": "until", "in": "query", "schema": {"type": "string", "format": "date-time"}},
+        _CURSOR_QUERY, _LIMIT_QUERY, _APP_QUERY,
     ],
-    "responses": _ok({"type": "array", "items": {"type": "object"}})}
+    "responses": _ok({"type": "object", "properties": {
+        "deliveries": {"type": "array", "items": {"type": "object", "properties": {
+            **_DELIVERY_FIELDS, "attempts": {"type": "array", "items": _ATTEMPT}}}},
+        "next_cursor": {"type": "string", "nullable": True}}})}
+DELIVERY_GET = {
+    "summary": "One delivery with its payload (as enqueued) and its attempts, oldest first",
+    "parameters": [_ID, _APP_QUERY],
+    "responses": _ok({"type": "object", "properties": {
+        **_DELIVERY_FIELDS, "payload": {}, "attempts": {"type": "array", "items": _ATTEMPT}}})}
 DEAD_LETTERS = {
-    "summary": "Dead letters, newest first",
-    "parameters": [
-        {"name": "endpoint_id", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 2**62}},
-        {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
-        _APP_QUERY,
-    ],
-    "responses": _ok({"type": "array", "items": {"type": "object"}})}
+    "summary": "Dead letters, newest first; the next page's ?cursor= in the X-Next-Cursor "
+               "header (absent on the last page)",
+    "parameters": [_ENDPOINT_QUERY, _LIMIT_QUERY, _CURSOR_QUERY, _APP_QUERY],
+    "responses": {**_ok({"type": "array", "items": {"type": "object"}}),
+                  "200": {"description": "OK", "headers": {"X-Next-Cursor": {"schema": _STR}},
+                          "content": {"application/json": {"schema": {"type": "array", "items": {"type": "object"}}}}}}}
 DEAD_LETTERS_ANALYZE = {
     "summary": "Per endpoint: count, primary error and status, pattern, suggested action",
     "parameters": [{"name": "hours", "in": "query", "schema": {"type": "number", "exclusiveMinimum": True, "minimum": 0, "maximum": 8760}}],
     "responses": _ok({"type": "array", "items": {"type": "object"}})}
 DEAD_LETTERS_REPLAY = {
-    "summary": "Move dead letters back to pending with a fresh attempt budget",
+    "summary": "Move dead letters back to pending with a fresh attempt budget: ids, an "
+               "endpoint's (since, until), or without an endpoint every one (of the "
+               "application) that died since a time",
     "requestBody": _body(_ref("Replay")),
     "responses": _ok({"type": "object", "properties": {"requeued": _INT}})}
 

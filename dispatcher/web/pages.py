@@ -37,6 +37,10 @@ STATIC_TYPES: Final = {
     "endpoint.js": "text/javascript",
     "events.js": "text/javascript",
     "deadletters.js": "text/javascript",
+    "deliveries.js": "text/javascript",
+    "delivery.js": "text/javascript",
+    "editor.js": "text/javascript",
+    "apps.js": "text/javascript",
     "portal.js": "text/javascript",
     "portal.css": "text/css",
 }

@@ -94,14 +94,18 @@ async def page(request: web.Request) -> web.Response:
     """The page, for a portal session only: it is the cookie that the page's
     calls will carry (a bearer token on this request would not be)."""
     sid = request.cookies.get(PORTAL_COOKIE, "")
-    app = None
+    app, name = None, ""
     if sid:
         async with db.acquire(_pool(request)) as conn:
             app = await tenancy.session_application(conn, sid)
+            if app is not None:
+                # A customer knows its application by the name the team gave it.
+                found = await tenancy.list_applications(conn, app)
+                name = found[0]["name"] if found else app
     if app is None:
         return _signed_out("Sign in with the link you were given.")
     body = _static("portal.html").decode()
-    body = body.replace("{{app}}", html.escape(app))
+    body = body.replace("{{app}}", html.escape(name))
     return _html(body.replace(CSRF_PLACEHOLDER, html.escape(tenancy.csrf_for(sid))))
 
 

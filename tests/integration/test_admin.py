@@ -122,7 +122,9 @@ async def test_routes_with_token(api: tuple[str, aiohttp.ClientSession], db_url:
     await drain(db_url)
 
     async with s.get("/v1/deliveries", params={"event_id": "ev-api"}) as r:
-        rows = await r.json()
+        doc = await r.json()
+        rows = doc["deliveries"]
+        assert doc["next_cursor"] is None
         assert {row["status"] for row in rows} == {"delivered", "dead_letter"}
         assert all(len(row["attempts"]) == 1 for row in rows)
     async with s.get("/v1/dead-letters") as r:

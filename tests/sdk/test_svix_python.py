@@ -550,7 +550,7 @@ async def test_app_portal_access_signs_in_once(
     async with browser(tmp_path / "profile") as page:
         await page.goto(access.url)
         await page.wait("document.querySelector('#app')?.innerText.length > 0")
-        assert await page.text("#app") == app.id
+        assert await page.text("#app") == app.name  # its name, not its id (issue 25)
         assert await page.eval("location.href") == f"{server.url}/portal"
         await page.wait("document.querySelector('#endpoints').innerText.includes('/paper')")
         seen = await page.eval("document.documentElement.outerHTML")

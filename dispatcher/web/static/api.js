@@ -11,7 +11,7 @@ export class SignedOut extends Error {}
 // Calls to /v1/ for a page whose signed-out visitor goes to `signIn`: the
 // dashboard's /login, the portal's /portal (which says how to sign in).
 export function client(signIn) {
-  async function call(method, path, body) {
+  async function call(method, path, body, withCursor = false) {
     const init = { method, credentials: "same-origin", headers: {} };
     if (method !== "GET") init.headers["X-CSRF-Token"] = csrf;
     if (body !== undefined) {
@@ -24,13 +24,22 @@ export function client(signIn) {
       throw new SignedOut("signed out");
     }
     const doc = await r.json().catch(() => null);
-    if (!r.ok) throw new Error(doc && doc.error ? doc.error : `HTTP ${r.status}`);
+    if (!r.ok) {
+      const e = new Error(doc && doc.error ? doc.error : `HTTP ${r.status}`);
+      e.status = r.status;
+      throw e;
+    }
+    // A list paged by header (dead letters) says where its next page starts.
+    if (withCursor) return { doc, next: r.headers.get("X-Next-Cursor") };
     return doc;
   }
   return {
     get: path => call("GET", path),
+    // {doc, next}: a list and the ?cursor= of its next page (null: the last).
+    getPage: path => call("GET", path, undefined, true),
     post: (path, body) => call("POST", path, body),
     patch: (path, body) => call("PATCH", path, body),
+    del: (path, body) => call("DELETE", path, body),
     // Ends the session (a state change like any other: the CSRF token).
     signOut: async logoutPath => {
       await fetch(logoutPath, { method: "POST", credentials: "same-origin", headers: { "X-CSRF-Token": csrf } });
@@ -41,7 +50,9 @@ export function client(signIn) {
 
 const dashboard = client("/login");
 export const get = dashboard.get;
+export const getPage = dashboard.getPage;
 export const post = dashboard.post;
+export const patch = dashboard.patch;
 export const signOut = () => dashboard.signOut("/logout");
 
 // ---------------------------------------------------------------- endpoints by name
@@ -113,11 +124,25 @@ export function duration(seconds) {
   return `${Math.round(s / 86400)} days`;
 }
 
+// A full date and time, in the browser's zone: a time alone is ambiguous
+// the moment a page is read the next day, or in a screenshot.
 export function when(ts) {
   if (!ts) return "–";
   const t = new Date(ts);
-  const today = t.toDateString() === new Date().toDateString();
-  return today ? t.toLocaleTimeString() : t.toLocaleString();
+  const p = n => String(n).padStart(2, "0");
+  return `${t.getFullYear()}-${p(t.getMonth() + 1)}-${p(t.getDate())} ${p(t.getHours())}:${p(t.getMinutes())}:${p(t.getSeconds())}`;
+}
+
+// An <input type="datetime-local"> value (the browser's local time) as an
+// instant for the API, or null when empty.
+export function instant(local) {
+  return local ? new Date(local).toISOString() : null;
+}
+
+// The share of 2xx answers over the last hour, or a dash without attempts.
+export function successRate(h) {
+  if (!h || h.success_rate_last_hour === null || h.success_rate_last_hour === undefined) return "–";
+  return `${Math.round(h.success_rate_last_hour * 1000) / 10}% of ${num(h.attempts_last_hour)}`;
 }
 
 export function ago(ts) {

@@ -6,9 +6,18 @@ import * as overview from "./overview.js";
 import * as endpoint from "./endpoint.js";
 import * as events from "./events.js";
 import * as deadLetters from "./deadletters.js";
+import * as deliveries from "./deliveries.js";
+import * as delivery from "./delivery.js";
+import * as editor from "./editor.js";
+import * as apps from "./apps.js";
 
 const ROUTES = [
+  [/^#\/endpoints\/new(?:\?.*)?$/, editor, "#/endpoints/new"],
+  [/^#\/endpoints\/(\d+)\/edit$/, editor, "#/"],
   [/^#\/endpoints\/(\d+)$/, endpoint, "#/"],
+  [/^#\/deliveries(?:\?(.*))?$/, deliveries, "#/deliveries"],
+  [/^#\/delivery\/(\d+)$/, delivery, "#/deliveries"],
+  [/^#\/applications$/, apps, "#/applications"],
   [/^#\/events(?:\/(.+))?$/, events, "#/events"],
   [/^#\/dead-letters(?:\?endpoint=(\d+))?$/, deadLetters, "#/dead-letters"],
   [/^(?:#\/?)?$/, overview, "#/"],

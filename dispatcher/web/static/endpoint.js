@@ -8,6 +8,8 @@ function skeleton(id) {
   <section class="wide">
     <div class="title-row"><h2 id="ep-name">endpoint #${id}</h2><span id="ep-breaker"></span>
       <span class="spacer"></span><span id="ep-state"></span>
+      <a class="button" id="ep-edit" href="#/endpoints/${id}/edit">Edit</a>
+      <a class="button" id="ep-deliveries" href="#/deliveries?endpoint_id=${id}">Deliveries</a>
       <button type="button" id="ep-disable" hidden>Disable</button>
       <button type="button" id="ep-enable" hidden>Enable</button></div>
     <div class="dim url" id="ep-url"></div><p id="ep-description" class="wrap"></p>

@@ -89,7 +89,7 @@ export function render(root, eventIdRaw) {
 
   async function refresh() {
     if (!eventId) return;
-    const [rows] = await Promise.all([get(`/v1/deliveries?event_id=${encodeURIComponent(eventId)}`), loadEndpoints()]);
+    const [{ deliveries: rows }] = await Promise.all([get(`/v1/deliveries?event_id=${encodeURIComponent(eventId)}`), loadEndpoints()]);
     last = rows;
     const moving = rows.filter(d => !FINAL.has(d.status)).length;
     $("#event-title").textContent = `Event ${eventId}: ${rows.length} ${rows.length === 1 ? "delivery" : "deliveries"}`

@@ -1,6 +1,6 @@
 // The front page: is the pipeline healthy, what is firing, which endpoint
 // needs a look. Every endpoint is named and links to its own page.
-import { get, showError, loadEndpoints, endpointLink, esc, num, ms, duration, when, breakerPill, result, table } from "./api.js";
+import { get, post, act, showError, loadEndpoints, endpointById, endpointLink, esc, num, ms, duration, when, breakerPill, result, successRate, table } from "./api.js";
 import { range, rangePicker, lineChart } from "./charts.js";
 
 const SKELETON = `
@@ -16,7 +16,7 @@ const SKELETON = `
     <svg id="rate" class="chart" role="img" aria-label="deliveries per second over time"></svg>
   </section>
   <section class="wide"><h2>Endpoints</h2><div id="endpoints"></div></section>
-  <section class="wide"><h2>Dead-letter patterns, last 24 h</h2><div id="dlq"></div></section>`;
+  <section class="wide"><h2>Dead-letter patterns, last 24 h</h2><p id="dlq-message" class="note" role="status" hidden></p><div id="dlq"></div></section>`;
 
 // Each alert as a sentence an operator can act on, not a JSON value.
 const ALERTS = {
@@ -57,16 +57,27 @@ function endpointRow(e) {
     <td>${esc(e.app)}</td>
     <td>${breakerPill(e.state)}</td>
     <td>${num(e.consecutive_failures)} of ${num(e.failure_threshold)}</td>
+    <td class="${e.success_rate_last_hour !== null && e.success_rate_last_hour < 0.95 ? "warn" : ""}">${esc(successRate(e))}</td>
     <td>${ms(e.p50_ms)}</td><td>${ms(e.p95_ms)}</td><td>${ms(e.p99_ms)}</td>
     <td>${num(e.sample_count)}</td>
     <td>${e.enabled ? "enabled" : '<span class="warn">disabled</span>'}</td></tr>`;
 }
 
+// The advice of `dlq analyze` as buttons that do it: fix the endpoint (its
+// editor), resume it if it is disabled, then replay what died meanwhile.
+function actions(d) {
+  const e = endpointById(d.endpoint_id);
+  if (!e) return "";
+  const enable = e.enabled ? "" : `<button type="button" data-enable="${d.endpoint_id}">Enable</button>`;
+  return `<a class="button" href="#/endpoints/${d.endpoint_id}/edit" data-edit="${d.endpoint_id}">Edit endpoint</a>${enable}
+    <button type="button" data-replay-endpoint="${d.endpoint_id}" data-since="${esc(d.first_at)}">Replay ${num(d.dead)}</button>`;
+}
+
 function dlqRow(d) {
-  return `<tr><td>${endpointLink(d.endpoint_id)}</td><td>${esc(d.app || "")}</td>
+  return `<tr data-dlq="${d.endpoint_id}"><td>${endpointLink(d.endpoint_id)}</td><td>${esc(d.app || "")}</td>
     <td><a href="#/dead-letters?endpoint=${d.endpoint_id}">${num(d.dead)}</a></td>
     <td class="wrap">${esc(result(d.primary_status_code, d.primary_error))}</td>
-    <td>${esc(d.pattern)}</td><td class="wrap">${esc(d.suggested_action)}</td></tr>`;
+    <td>${esc(d.pattern)}</td><td class="wrap">${esc(d.suggested_action)}</td><td class="actions">${actions(d)}</td></tr>`;
 }
 
 export function render(root) {
@@ -87,10 +98,26 @@ export function render(root) {
       { values: pts.map(p => perS(p.delivered)), cls: "s-ok" },
     ], { bucketS: tl.bucket_s });
     root.querySelector("#endpoints").innerHTML = table(
-      ["endpoint", "application", "breaker", "failures in a row", "p50", "p95", "p99", "samples", "state"],
-      eps.map(endpointRow), "no endpoints yet: dispatcher endpoint add --url … --name …");
+      ["endpoint", "application", "breaker", "failures in a row", "success, last hour", "p50", "p95", "p99", "samples", "state"],
+      eps.map(endpointRow), "no endpoints yet: add one (Add endpoint, above)");
     root.querySelector("#dlq").innerHTML = table(
-      ["endpoint", "application", "dead", "most common result", "pattern", "suggested action"], dlq.map(dlqRow), "no dead letters");
+      ["endpoint", "application", "dead", "most common result", "pattern", "suggested action", ""], dlq.map(dlqRow), "no dead letters");
   }
+  root.querySelector("#dlq").addEventListener("click", act(async ev => {
+    const enable = ev.target.closest("button[data-enable]");
+    const replay = ev.target.closest("button[data-replay-endpoint]");
+    const say = text => { const m = root.querySelector("#dlq-message"); m.textContent = text; m.hidden = false; };
+    if (enable) {
+      enable.disabled = true;
+      await post(`/v1/endpoints/${enable.dataset.enable}/enable`);
+      say("Enabled: its queued deliveries are sent again.");
+    } else if (replay) {
+      replay.disabled = true;
+      const done = await post("/v1/dead-letters/replay",
+        { endpoint_id: Number(replay.dataset.replayEndpoint), since: replay.dataset.since });
+      say(`Requeued ${num(done.requeued)} ${done.requeued === 1 ? "delivery" : "deliveries"}: they are sent again from now.`);
+    } else return;
+    await refresh();
+  }));
   return { refresh, every: 2000 };
 }

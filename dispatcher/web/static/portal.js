@@ -12,20 +12,32 @@ const LIMIT = 50;
 const FINAL = new Set(["delivered", "dead_letter", "cancelled"]);
 const STATUS = {
   pending: "waiting", in_flight: "sending", failed: "retrying",
-  delivered: "delivered", dead_letter: "dead letter", held: "held", cancelled: "cancelled",
+  delivered: "delivered", dead_letter: "failed", held: "held", cancelled: "cancelled",
 };
-const CIRCUIT = {
-  closed: ["closed", "healthy"],
-  open: ["open", "sending paused after repeated failures; retried after a cool-down"],
-  half_open: ["half-open", "trying again after a pause"],
-};
+
+// An endpoint's state in a customer's words, with what it means for them:
+// [word, css class, explanation]. Breakers and thresholds are ours to know.
+function health(e, h) {
+  if (!e.enabled) return ["Disabled", "off", "Nothing is sent until you enable it; what was queued waits."];
+  if (h && h.state !== "closed") {
+    return ["Paused after repeated failures", "open", "We try again after a pause, and send what waited once it answers."];
+  }
+  if (h && h.consecutive_failures > 0) return ["Failing — we retry automatically", "half_open", "Its last answers were errors; each delivery is tried again later."];
+  return ["Healthy", "closed", "It answers our requests."];
+}
+
+// How often a delivery was tried, without our attempt budget's jargon.
+function tries(d) {
+  if (!d.attempt_count) return "not yet";
+  return d.attempt_count === 1 ? "once" : `${d.attempt_count} times`;
+}
 
 const $ = id => document.getElementById(id);
 
 // ---------------------------------------------------------------- the API
 
 const api = client("/portal");
-const { get, post } = api;
+const { get, post, patch, del } = api;
 
 // ---------------------------------------------------------------- building the page
 
@@ -76,10 +88,14 @@ const state = {
   open: new Set(), // delivery ids whose attempts are shown
   attempts: new Map(), // delivery id → {key, attempts}
   confirming: null, // endpoint id whose rotation waits for a confirmation
+  editing: null, // endpoint id whose edit form is open
+  deleting: null, // {id, queued}: endpoint whose deletion waits for a confirmation
+  payloads: new Map(), // delivery id → its payload, fetched when its details open
+  cursor: null, // where the page of deliveries shown starts (null: the newest)
+  next: null, // the next (older) page's cursor
   busy: new Set(), // data-keys of buttons whose call is running
   watch: null, // {eventId, deliveryId, what}: followed in the notice until final
   shots: new Map(), // endpoint id → the last test shot's answer (shown, never stored)
-  editing: null, // endpoint id whose postback template is being edited
 };
 
 // ---------------------------------------------------------------- messages
@@ -162,14 +178,14 @@ $("secret-done").addEventListener("click", () => {
 
 function endpointCard(e) {
   const h = state.health.get(e.id);
-  const [circuit, meaning] = CIRCUIT[h?.state] || [h?.state || "–", ""];
+  const [word, cls, meaning] = health(e, h);
   const types = e.event_types.includes("*") ? ["all events"] : e.event_types;
   const head = el("div", { class: "card-head" },
     el("b", { class: "name" }, label(e)),
     e.enabled ? pill("enabled", "on") : pill("disabled", "off"),
-    h && h.state !== "closed" ? pill(`circuit ${circuit}`, h.state, meaning) : null);
+    pill(word, cls, meaning));
   const stats = el("dl", { class: "stats" },
-    el("div", {}, el("dt", {}, "Circuit"), el("dd", { title: meaning }, circuit)),
+    el("div", { class: "wide-stat" }, el("dt", {}, "What this means"), el("dd", { "data-state": e.id, class: "small" }, meaning)),
     el("div", {}, el("dt", {}, "p95 latency"), el("dd", {}, ms(h?.p95_ms))),
     el("div", {}, el("dt", {}, "Success (1 h)"), el("dd", {}, rate(h))));
   const toggle = e.enabled
@@ -178,16 +194,24 @@ function endpointCard(e) {
   const actions = el("div", { class: "actions" },
     actionButton("Send test event", `test-${e.id}`, () => sendTest(e), { "data-test": e.id, class: "primary" }),
     actionButton("Test now", `shot-${e.id}`, () => shoot(e), { "data-shot": e.id }),
-    button("Edit postback", `edit-${e.id}`, () => { state.editing = e.id; draw(); }, { "data-edit": e.id }),
     toggle,
     button("Rotate secret", `rotate-${e.id}`, () => { state.confirming = e.id; draw(); }, { "data-rotate": e.id }),
-    button("Deliveries", `show-${e.id}`, () => filterTo(e.id), { "data-show": e.id }));
+    button("Deliveries", `show-${e.id}`, () => filterTo(e.id), { "data-show": e.id }),
+    button("Edit", `edit-${e.id}`, () => { state.editing = e.id; draw(); }, { "data-edit": e.id }),
+    actionButton("Delete", `delete-${e.id}`, () => remove(e, false), { "data-delete": e.id }));
   const card = el("article", { class: "card", dataset: { endpoint: e.id, enabled: e.enabled } },
     head, el("div", { class: "url" }, e.url),
     el("div", { class: "types" }, types.map(t => el("span", { class: "type" }, t))),
     e.enabled ? null : el("p", { class: "dim" }, "Nothing is sent to it until it is enabled again",
       e.disabled_reason && e.disabled_reason !== "disabled by user" ? ` (${e.disabled_reason}).` : "."),
     stats, actions);
+  if (state.editing === e.id) card.append(editForm(e));
+  if (state.deleting?.id === e.id) {
+    card.append(el("div", { class: "confirm", role: "group" },
+      el("p", {}, state.deleting.message),
+      actionButton("Delete it and give up on them", `delete-yes-${e.id}`, () => remove(e, true), { "data-delete-force": e.id }),
+      button("Keep it", `delete-no-${e.id}`, () => { state.deleting = null; draw(); })));
+  }
   if (state.confirming === e.id) {
     card.append(el("div", { class: "confirm", role: "group" },
       el("p", {}, "A new secret signs from now on. The current one keeps signing too for 24 hours, so your receiver can switch over."),
@@ -196,7 +220,6 @@ function endpointCard(e) {
   }
   const shot = state.shots.get(e.id);
   if (shot) card.append(shotResult(e.id, shot));
-  if (state.editing === e.id) card.append(templateForm(e));
   return card;
 }
 
@@ -216,26 +239,64 @@ function shotResult(id, s) {
     button("Close", `shot-close-${id}`, () => { state.shots.delete(id); draw(); }));
 }
 
-// The postback template: URL, macro style and value map, changed in place.
-function templateForm(e) {
-  const url = el("input", { type: "url", value: e.url, "data-edit-url": e.id, "aria-label": "URL" });
-  const style = el("select", { "data-edit-style": e.id, "aria-label": "Macro style" },
-    ["brace", "hash", "double"].map(v => el("option", { value: v, selected: v === e.macro_style }, v)));
-  const map = el("textarea", { rows: 3, "data-edit-map": e.id, "aria-label": "Value map (JSON)",
-    placeholder: '{"status": {"approved": "1", "*": "0"}}' }, e.value_map ? JSON.stringify(e.value_map) : "");
-  const save = async () => {
-    let vmap = null;
-    if (map.value.trim()) {
-      try { vmap = JSON.parse(map.value); } catch { throw new Error("the value map is not JSON"); }
+// Deleting asks the server first: an endpoint with deliveries on their way
+// is kept unless the customer confirms they may be given up (409, then force).
+async function remove(e, force) {
+  try {
+    await del(`/v1/endpoints/${e.id}${force ? "?force=true" : ""}`);
+    state.deleting = null;
+    notice(`Deleted ${label(e)}: nothing more is sent to it.`);
+  } catch (err) {
+    if (err.status !== 409) throw err;
+    state.deleting = { id: e.id, message: `${label(e)} still has deliveries on their way. Delete it anyway? They will not be sent.` };
+  }
+}
+
+// Edits in place: the same endpoint, the same signing secret.
+function editForm(e) {
+  const form = el("form", { class: "add edit", "data-edit-form": e.id },
+    el("label", { for: `edit-url-${e.id}` }, "URL"),
+    el("input", { id: `edit-url-${e.id}`, name: "url", type: "url", required: true, maxlength: 2000, value: e.url,
+      "data-edit-url": e.id }),
+    el("label", { for: `edit-types-${e.id}` }, "Event types ", el("span", { class: "dim" }, "(comma-separated; empty for all)")),
+    el("input", { id: `edit-types-${e.id}`, name: "event_types", maxlength: 2000,
+      value: e.event_types.includes("*") ? "" : e.event_types.join(", ") }),
+    el("label", { for: `edit-name-${e.id}` }, "Name"),
+    el("input", { id: `edit-name-${e.id}`, name: "name", maxlength: 100, value: e.name || "" }),
+    // A postback's template: macros {name}, #name# or {{name}}; |default:VALUE,
+    // |raw (query only); {postback_id}, {rand}, {unix_time_ms}.
+    el("label", { for: `edit-style-${e.id}` }, "Macro style"),
+    el("select", { id: `edit-style-${e.id}`, name: "macro_style", "data-edit-style": e.id },
+      ["brace", "hash", "double"].map(v => el("option", { value: v, selected: v === e.macro_style }, v))),
+    el("label", { for: `edit-map-${e.id}` }, "Value map ", el("span", { class: "dim" }, "(JSON, optional)")),
+    el("textarea", { id: `edit-map-${e.id}`, name: "value_map", rows: 3, "data-edit-map": e.id,
+      placeholder: '{"status": {"approved": "1", "*": "0"}}' }, e.value_map ? JSON.stringify(e.value_map) : ""),
+    el("p", { class: "error", role: "alert", hidden: true }),
+    el("div", { class: "buttons" }, el("button", { type: "submit", class: "primary", "data-edit-save": e.id }, "Save"),
+      button("Cancel", `edit-no-${e.id}`, () => { state.editing = null; draw(); })));
+  form.addEventListener("submit", async ev => {
+    ev.preventDefault();
+    const types = form.elements.event_types.value.split(/[\s,]+/).filter(Boolean);
+    try {
+      let valueMap = null;
+      if (form.elements.value_map.value.trim()) {
+        try { valueMap = JSON.parse(form.elements.value_map.value); }
+        catch { throw new Error("the value map is not JSON"); }
+      }
+      await patch(`/v1/endpoints/${e.id}`, { url: form.elements.url.value.trim(),
+        event_types: types.length ? types : ["*"], name: form.elements.name.value.trim() || null,
+        macro_style: form.elements.macro_style.value, value_map: valueMap });
+      state.editing = null;
+      notice(`Saved ${form.elements.name.value.trim() || form.elements.url.value.trim()}: the signing secret is unchanged.`);
+    } catch (err) {
+      if (err instanceof SignedOut) return;
+      form.querySelector(".error").textContent = err.message;
+      form.querySelector(".error").hidden = false;
+      return;
     }
-    await api.patch(`/v1/endpoints/${e.id}`, { url: url.value, macro_style: style.value, value_map: vmap });
-    state.editing = null;
-  };
-  return el("div", { class: "confirm", role: "group" },
-    el("p", {}, "Macros: {name}, #name# or {{name}}; |default:VALUE, |raw (query only); {postback_id}, {rand}, {unix_time_ms}."),
-    url, style, map,
-    actionButton("Save", `edit-save-${e.id}`, save, { "data-edit-save": e.id, class: "primary" }),
-    button("Cancel", `edit-no-${e.id}`, () => { state.editing = null; draw(); }));
+    refreshNow();
+  });
+  return form;
 }
 
 async function rotate(e) {
@@ -263,7 +324,7 @@ function filterTo(id) {
 
 function drawEndpoints() {
   const key = JSON.stringify([state.endpoints, [...state.health.values()], state.confirming, [...state.busy],
-    [...state.shots], state.editing]);
+    [...state.shots], state.editing, state.deleting]);
   redraw($("endpoints"), key, () => state.endpoints.length
     ? state.endpoints.map(endpointCard)
     : [el("p", { class: "dim" }, "No endpoints yet. Add the URL where you want to receive webhooks.")]);
@@ -386,20 +447,29 @@ function deliveryRows(d) {
     el("td", { "data-label": "Event" }, el("code", { class: "event-id" }, d.event_id), el("div", { class: "dim" }, d.event_type)),
     el("td", { "data-label": "Endpoint" }, label(e)),
     el("td", { "data-label": "Status" }, statusPill(d.status)),
-    el("td", { "data-label": "Attempts" }, `${d.attempt_count} of ${d.max_attempts}`),
+    el("td", { "data-label": "Tries" }, tries(d)),
     el("td", { "data-label": "Last response", class: "last" }, last),
     buttons);
   if (!open) return [row];
   return [row, el("tr", { class: "detail", dataset: { attemptsOf: d.id } },
     el("td", { colspan: 7 }, el("div", { class: "dim" }, `Delivery #${d.id} · ${d.event_type}`,
-      d.delivered_at ? ` · delivered ${when(d.delivered_at)}` : ""), attemptList(d)))];
+      d.delivered_at ? ` · delivered ${when(d.delivered_at)}` : ""), attemptList(d),
+      el("details", { class: "payload", open: true }, el("summary", {}, "What was sent"),
+        state.payloads.has(d.id)
+          ? el("pre", { "data-payload": d.id }, JSON.stringify(state.payloads.get(d.id), null, 2))
+          : el("p", { class: "dim" }, "Loading…"))))];
 }
 
 function toggleOpen(d) {
   if (state.open.has(d.id)) state.open.delete(d.id);
   else state.open.add(d.id);
   draw();
-  if (state.open.has(d.id)) loadAttempts([d]).then(draw, showError);
+  if (state.open.has(d.id)) {
+    loadAttempts([d]).then(draw, showError);
+    if (!state.payloads.has(d.id)) {
+      get(`/v1/deliveries/${d.id}`).then(doc => { state.payloads.set(d.id, doc.payload); draw(); }, showError);
+    }
+  }
 }
 
 // The attempts of the open deliveries, fetched again only when they changed.
@@ -408,7 +478,7 @@ async function loadAttempts(list) {
     && state.attempts.get(d.id)?.key !== `${d.status}/${d.attempt_count}`);
   const events = [...new Set(stale.map(d => d.event_id))];
   await Promise.all(events.map(async eventId => {
-    for (const d of await get(`/v1/deliveries?event_id=${encodeURIComponent(eventId)}`)) {
+    for (const d of (await get(`/v1/deliveries?event_id=${encodeURIComponent(eventId)}`)).deliveries) {
       state.attempts.set(d.id, { key: `${d.status}/${d.attempt_count}`, attempts: d.attempts });
     }
   }));
@@ -417,10 +487,11 @@ async function loadAttempts(list) {
 function drawDeliveries() {
   const list = state.deliveries;
   const key = JSON.stringify([list, [...state.open], [...state.attempts], [...state.busy], state.watch?.deliveryId,
+    [...state.payloads.keys()],
     state.endpoints.map(e => [e.id, label(e)])]);
   redraw($("deliveries").tBodies[0], key, () => list.flatMap(deliveryRows));
   $("deliveries").hidden = list.length === 0;
-  const filtered = $("f-status").value || $("f-endpoint").value;
+  const filtered = $("f-status").value || $("f-endpoint").value || $("f-event").value || $("f-since").value;
   $("deliveries-empty").textContent = filtered ? "No deliveries match these filters."
     : "No deliveries yet. Send a test event to an endpoint to see one here.";
   $("deliveries-empty").hidden = list.length > 0;
@@ -431,7 +502,7 @@ function drawDeliveries() {
   $("dead-note").replaceChildren();
   if (state.dead && $("f-status").value !== "dead_letter") {
     const show = el("button", { type: "button", class: "link", id: "show-dead" },
-      `${state.dead >= 100 ? "100+" : state.dead} dead ${state.dead === 1 ? "letter" : "letters"}`);
+      `${state.dead >= 100 ? "100+" : state.dead} failed, no more retries`);
     show.addEventListener("click", () => { $("f-status").value = "dead_letter"; refreshNow(); });
     $("dead-note").append(show);
   }
@@ -442,8 +513,25 @@ $("replay-all").addEventListener("click", action("replay-all", () => {
   return replay(ids, {})();
 }));
 
-for (const id of ["f-status", "f-endpoint"]) $(id).addEventListener("change", () => refreshNow());
-$("filters").addEventListener("submit", ev => ev.preventDefault());
+// A new search starts again at the newest deliveries.
+function search() {
+  state.cursor = null;
+  refreshNow();
+}
+for (const id of ["f-status", "f-endpoint", "f-since"]) $(id).addEventListener("change", search);
+$("filters").addEventListener("submit", ev => { ev.preventDefault(); search(); });
+$("older").addEventListener("click", () => { state.cursor = state.next; refreshNow(); });
+$("newest").addEventListener("click", search);
+
+// "Resend everything that failed since…": every endpoint's failed
+// deliveries since that time, sent again with fresh retries.
+$("resend").addEventListener("submit", action("resend", async () => {
+  const since = $("resend-since").value;
+  if (!since) return;
+  const n = (await post("/v1/dead-letters/replay", { since: new Date(since).toISOString() })).requeued;
+  notice(n ? `Resending ${n} failed ${n === 1 ? "delivery" : "deliveries"} from now.` : "Nothing failed since then.");
+}));
+$("resend").addEventListener("submit", ev => ev.preventDefault());
 
 // ---------------------------------------------------------------- the followed event
 
@@ -451,7 +539,7 @@ async function drawWatch() {
   const w = state.watch;
   if (!w) return;
   let d = state.deliveries.find(x => x.id === w.deliveryId);
-  if (!d) d = (await get(`/v1/deliveries?event_id=${encodeURIComponent(w.eventId)}`)).find(x => x.id === w.deliveryId);
+  if (!d) d = (await get(`/v1/deliveries?event_id=${encodeURIComponent(w.eventId)}`)).deliveries.find(x => x.id === w.deliveryId);
   if (!d) return;
   const outcome = d.status === "delivered" ? `delivered, ${result(d.last_status_code, null)} in ${ms(d.last_response_ms)}`
     : d.status === "dead_letter" ? `gave up, ${result(d.last_status_code, d.last_error)}`
@@ -486,6 +574,10 @@ async function refresh() {
   const params = new URLSearchParams({ limit: String(LIMIT) });
   if ($("f-status").value) params.set("status", $("f-status").value);
   if ($("f-endpoint").value) params.set("endpoint_id", $("f-endpoint").value);
+  if ($("f-event").value.trim()) params.set("event_id", $("f-event").value.trim());
+  // A date is the start of that day where the customer is.
+  if ($("f-since").value) params.set("since", new Date(`${$("f-since").value}T00:00`).toISOString());
+  if (state.cursor) params.set("cursor", state.cursor);
   const [endpoints, health, deliveries, dead] = await Promise.all([
     get("/v1/endpoints"), get("/v1/endpoints/health"), get(`/v1/deliveries?${params}`),
     get("/v1/dead-letters?limit=100"),
@@ -493,9 +585,12 @@ async function refresh() {
   state.endpoints = endpoints;
   state.byId = new Map(endpoints.map(e => [e.id, e]));
   state.health = new Map(health.map(h => [h.endpoint_id, h]));
-  state.deliveries = deliveries;
+  state.deliveries = deliveries.deliveries;
+  state.next = deliveries.next_cursor;
+  $("older").hidden = !state.next;
+  $("newest").hidden = !state.cursor;
   state.dead = dead.length;
-  await loadAttempts(deliveries);
+  await loadAttempts(state.deliveries);
   await drawWatch();
   draw();
 }

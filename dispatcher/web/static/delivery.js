@@ -1,0 +1,55 @@
+// One delivery (#/delivery/ID): what was sent (the payload, exactly as
+// enqueued), to which endpoint, each attempt's result, and a replay when
+// it gave up. The payload is shown to the operator only, never logged.
+import { get, post, act, loadEndpoints, endpointLink, esc, num, ms, when, ago, statusPill, result, table } from "./api.js";
+
+function skeleton(id) {
+  return `
+  <section class="wide">
+    <div class="title-row"><h2 id="dl-title">Delivery #${id}</h2><span id="dl-status"></span><span class="spacer"></span>
+      <button type="button" id="dl-replay" hidden>Replay</button></div>
+    <dl class="settings" id="dl-facts"></dl>
+    <p id="dl-message" class="note" role="status" hidden></p>
+  </section>
+  <section class="wide"><h2>Attempts</h2><div id="dl-attempts"></div></section>
+  <section class="wide"><h2>Payload</h2><pre id="dl-payload" class="payload"></pre></section>`;
+}
+
+export function render(root, idText) {
+  const id = Number(idText);
+  root.innerHTML = skeleton(id);
+  const $ = sel => root.querySelector(sel);
+  let last = null;
+
+  $("#dl-replay").addEventListener("click", act(async () => {
+    $("#dl-replay").disabled = true;
+    const done = await post("/v1/dead-letters/replay", { ids: [id] });
+    $("#dl-message").textContent = done.requeued ? "Requeued: it is sent again from now." : "Nothing requeued.";
+    $("#dl-message").hidden = false;
+    $("#dl-replay").disabled = false;
+    await refresh();
+  }));
+
+  async function refresh() {
+    const [, d] = await Promise.all([loadEndpoints(), get(`/v1/deliveries/${id}`)]);
+    last = d;
+    $("#dl-title").textContent = `Delivery #${d.id}: ${d.event_type}`;
+    $("#dl-status").innerHTML = statusPill(d.status);
+    $("#dl-replay").hidden = d.status !== "dead_letter";
+    const facts = [
+      ["endpoint", endpointLink(d.endpoint_id)], ["application", esc(d.app)],
+      ["event", `<a href="#/events/${encodeURIComponent(d.event_id)}">${esc(d.event_id)}</a>`],
+      ["created", esc(when(d.created_at))],
+      ["attempts", `${num(d.attempt_count)} of ${num(d.max_attempts)}`],
+      ["last result", esc(result(d.last_status_code, d.last_error)) + (d.last_response_ms !== null ? ` in ${ms(d.last_response_ms)}` : "")],
+      d.delivered_at ? ["delivered", esc(when(d.delivered_at))]
+        : ["next attempt", d.status === "dead_letter" ? "none: dead letter" : esc(ago(d.next_attempt_at))],
+    ];
+    $("#dl-facts").innerHTML = facts.map(([k, v]) => `<div><dt>${esc(k)}</dt><dd>${v}</dd></div>`).join("");
+    $("#dl-attempts").innerHTML = table(["#", "when", "result", "response"], d.attempts.map((a, i) =>
+      `<tr><td>${i + 1}</td><td>${esc(when(a.at))}</td><td class="wrap">${esc(result(a.status_code, a.error))}</td><td>${ms(a.response_ms)}</td></tr>`),
+    "no attempt recorded yet");
+    $("#dl-payload").textContent = JSON.stringify(d.payload, null, 2);
+  }
+  return { refresh, every: () => (last && ["delivered", "dead_letter"].includes(last.status) ? 10000 : 1500) };
+}

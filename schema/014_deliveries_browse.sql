@@ -1,0 +1,15 @@
+-- The deliveries browser (GET /v1/deliveries): one endpoint's deliveries,
+-- newest first, paged by id. Without it a quiet endpoint's page walks the
+-- primary key backwards through every other endpoint's rows: EXPLAIN
+-- ANALYZE on 600,000 rows over 20 endpoints, one endpoint holding 0.1% of
+-- them, read 49,001 rows for a page of 50 (5.9 ms); with it, 50 (0.05 ms).
+-- On ten million rows that is the difference between a page and a scan
+-- of the table on every poll of a customer's portal.
+--
+-- What it costs: one more B-tree entry per enqueued row (the worker's
+-- status updates do not touch its columns), and building it holds a SHARE
+-- lock on webhook_queue: enqueues wait while it builds (seconds per ten
+-- million rows). On a large queue, build it first by hand with
+-- CREATE INDEX CONCURRENTLY IF NOT EXISTS … (same name and columns); this
+-- migration then finds it and does nothing.
+CREATE INDEX IF NOT EXISTS webhook_queue_browse_idx ON webhook_queue (endpoint_id, id);
