@@ -27,6 +27,7 @@ import orjson
 from aiohttp import web
 
 from dispatcher import db
+from dispatcher.cli import views
 from dispatcher.cli.format import print_table
 from dispatcher.core.errors import BadInput
 from dispatcher.core.models import EndpointSpec
@@ -258,5 +259,4 @@ async def _report(
         r["endpoint"] = names[r["endpoint_id"]]
         # Suggested commands run as printed in this shell.
         r["suggested_action"] = r["suggested_action"].replace("`dispatcher ", f"`{me} ")
-    print_table(out, ["endpoint", "dead", "primary_status_code", "avg_attempts", "pattern",
-                      "suggested_action"])  # fmt: skip
+    views.dlq_analyze(out, ["endpoint", "dead", "primary_status_code", "avg_attempts", "pattern"])

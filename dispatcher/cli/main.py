@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 import asyncpg
 
 from dispatcher import db
+from dispatcher.cli import views
 from dispatcher.cli.apps import add_app_commands
 from dispatcher.cli.common import Handler, emit, report, table, with_conn
 from dispatcher.cli.dbcommands import cmd_db_status, cmd_db_stop, cmd_db_url
@@ -137,13 +138,9 @@ def _update_flags(add: argparse.ArgumentParser, update: argparse.ArgumentParser)
             update._add_action(flag)
 
 
-ENDPOINT_COLUMNS = ["id", "app", "name", "url", "enabled", "event_types", "rate_per_s",
-                    "max_in_flight", "timeout_ms", "max_attempts"]  # fmt: skip
-
-
 async def cmd_endpoint_list(args: argparse.Namespace, settings: Settings) -> int:
     return await report(
-        args, settings, lambda conn: service.list_endpoints(conn, args.app), table(ENDPOINT_COLUMNS)
+        args, settings, lambda conn: service.list_endpoints(conn, args.app), views.endpoint_list
     )
 
 
@@ -256,13 +253,9 @@ async def cmd_slow(args: argparse.Namespace, settings: Settings) -> int:
     )
 
 
-DLQ_COLUMNS = ["endpoint_id", "app", "dead", "primary_status_code", "primary_error", "avg_attempts",
-               "pattern", "suggested_action"]  # fmt: skip
-
-
 async def cmd_dlq_analyze(args: argparse.Namespace, settings: Settings) -> int:
     return await report(
-        args, settings, lambda conn: reports.dlq_analyze(conn, args.hours), table(DLQ_COLUMNS)
+        args, settings, lambda conn: reports.dlq_analyze(conn, args.hours), views.dlq_analyze
     )
 
 
@@ -290,14 +283,9 @@ async def cmd_dlq_replay(args: argparse.Namespace, settings: Settings) -> int:
     return await with_conn(settings, go)
 
 
-def _alerts_table(doc: dict[str, dict[str, Any]]) -> None:
-    rows = [{"alert": k, **v} for k, v in doc.items()]
-    print_table(rows, ["alert", "firing", "value", "threshold"])
-
-
 async def cmd_alerts(args: argparse.Namespace, settings: Settings) -> int:
     return await report(
-        args, settings, lambda conn: reports.alerts(conn, settings.latency_window_s), _alerts_table
+        args, settings, lambda conn: reports.alerts(conn, settings.latency_window_s), views.alerts
     )
 
 
