@@ -84,6 +84,7 @@ class Settings:
     home: Path = Path(".dispatcher")
     allow_private_targets: bool = False
     admin_token: str | None = None
+    allow_weak_admin_token: bool = False  # a token under 32 characters beyond loopback
     # The engine. max_in_flight None: the window is sized from what the
     # process can sustain (window.py); a number fixes it.
     max_in_flight: int | None = None
@@ -123,6 +124,7 @@ class Settings:
             home=Path(env.get("DISPATCHER_HOME") or ".dispatcher"),
             allow_private_targets=env.get("DISPATCHER_ALLOW_PRIVATE_TARGETS", "") == "1",
             admin_token=env.get("DISPATCHER_ADMIN_TOKEN") or None,
+            allow_weak_admin_token=env.get("DISPATCHER_ALLOW_WEAK_ADMIN_TOKEN", "") == "1",
             max_in_flight=_fixed_window(env),
             batch_size=max(1, _int(env, "DISPATCHER_BATCH_SIZE", 500)),
             poll_interval_s=_float(env, "DISPATCHER_POLL_INTERVAL_S", 1.0),
@@ -189,6 +191,12 @@ ENVIRONMENT: tuple[Variable, ...] = (
         "DISPATCHER_ADMIN_TOKEN",
         "bearer token of the admin API and the dashboard's sign-in",
         "a random one per run, printed once on stderr",
+    ),
+    Variable(
+        "DISPATCHER_ALLOW_WEAK_ADMIN_TOKEN",
+        "`1` serves the admin API on a non-loopback address with a `DISPATCHER_ADMIN_TOKEN` "
+        "under 32 characters (a warning, not a refusal)",
+        "off: such a token is refused there (exit 2) and warned about on loopback",
     ),
     Variable(
         "DISPATCHER_SECRET_KEY",

@@ -41,11 +41,16 @@ def report(
     settings: Settings,
     fetch: Callable[[asyncpg.Connection], Awaitable[Any]],
     human: Callable[[Any], None],
+    *,
+    note: Callable[[Any], None] | None = None,
 ) -> Coroutine[Any, Any, int]:
-    """Runs one operation and prints its result: JSON, or `human(result)`."""
+    """Runs one operation and prints its result: JSON, or `human(result)`.
+    `note(result)` may add a line on stderr, with or without --json."""
 
     async def go(conn: asyncpg.Connection) -> int:
         doc = await fetch(conn)
+        if note is not None:
+            note(doc)
         emit(args, doc, lambda: human(doc))
         return 0
 

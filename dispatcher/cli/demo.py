@@ -4,7 +4,8 @@ Five receivers on 127.0.0.1 (healthy, slow, flaky, broken-then-recovering,
 and one that rejects our credentials), a few hundred events, and the engine
 in this process: retries, a breaker opening, probing and closing, dead
 letters and their analysis, percentiles. It uses its own database
-(`dispatcher_demo`, recreated each run) on the configured server.
+(`dispatcher_demo`, recreated each run) on the configured server, and
+refuses to start while another demo runs on that database.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ import orjson
 from aiohttp import web
 
 from dispatcher import db
+from dispatcher.cli import views
 from dispatcher.cli.format import print_table
-from dispatcher.core.errors import BadInput
+from dispatcher.core.errors import BadInput, OperationalError
 from dispatcher.core.models import EndpointSpec
 from dispatcher.db import catalog
 from dispatcher.db.embedded import resolve_database_url
+from dispatcher.metrics import Metrics
 from dispatcher.ops import reports, service, tenancy
 from dispatcher.settings import Settings
 from dispatcher.web.admin import start_admin
@@ -163,11 +166,41 @@ async def run_demo(
     if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", database):
         raise BadInput("--database must be a plain lower-case identifier")
     server_url = resolve_database_url(settings.database_url, settings.home)
+    # Held for the whole run: a second demo on the same database would drop
+    # it under this one (its dashboard showing the other run's data).
+    guard = await db.connect(server_url)
+    try:
+        return await _run_demo(guard, server_url, settings, events=events, http=http,
+                               linger_s=linger_s, keep=keep, database=database)  # fmt: skip
+    finally:
+        await guard.close()
+
+
+async def _run_demo(
+    guard: asyncpg.Connection,
+    server_url: str,
+    settings: Settings,
+    *,
+    events: int,
+    http: str,
+    linger_s: float,
+    keep: bool,
+    database: str,
+) -> int:
+    if not await guard.fetchval("SELECT pg_try_advisory_lock(hashtext($1))", f"demo:{database}"):
+        raise OperationalError(
+            f"another dispatcher demo is running on database {database}: stop it first, "
+            f"or run this one beside it with --database {database}_2"
+        )
     url = await db.recreate_database(server_url, database)
     receivers = DemoReceivers()
     await receivers.start()
-    token = settings.admin_token or secrets.token_urlsafe(12)
-    admin = await start_admin(http, replace(settings, admin_token=token), url, quiet=True)
+    token = settings.admin_token or secrets.token_urlsafe(24)
+    # One Metrics for the engine and the dashboard's /metrics, which
+    # otherwise counts the deliveries of an engine that is not there.
+    metrics = Metrics()
+    admin = await start_admin(http, replace(settings, admin_token=token), url, metrics,
+                              quiet=True)  # fmt: skip
     host, port = admin.addresses[0][:2]
     dashboard = f"http://{host}:{port}/"
     until = "until you press Ctrl-C" if keep else "while the demo runs (--keep leaves it up)"
@@ -181,7 +214,7 @@ async def run_demo(
         lease_margin_s=5.0,
         max_in_flight=200,
     )
-    engine = Engine(demo_settings, url)
+    engine = Engine(demo_settings, url, metrics=metrics)
     conn = await db.connect(url)
     me = _invocation()
     try:
@@ -258,5 +291,4 @@ async def _report(
         r["endpoint"] = names[r["endpoint_id"]]
         # Suggested commands run as printed in this shell.
         r["suggested_action"] = r["suggested_action"].replace("`dispatcher ", f"`{me} ")
-    print_table(out, ["endpoint", "dead", "primary_status_code", "avg_attempts", "pattern",
-                      "suggested_action"])  # fmt: skip
+    views.dlq_analyze(out, ["endpoint", "dead", "primary_status_code", "avg_attempts", "pattern"])

@@ -8,6 +8,7 @@ Every error reaches the user as one line on stderr (exit 2 for bad input,
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import sys
 from collections.abc import Coroutine, Sequence
@@ -16,6 +17,7 @@ from typing import Any, NoReturn
 import asyncpg
 
 from dispatcher import db
+from dispatcher.cli import views
 from dispatcher.cli.apps import add_app_commands
 from dispatcher.cli.common import Handler, emit, report, table, with_conn
 from dispatcher.cli.dbcommands import cmd_db_status, cmd_db_stop, cmd_db_url
@@ -37,6 +39,11 @@ from dispatcher.version import __version__
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
+        if message.endswith("required: COMMAND"):
+            # `dispatcher` (or `dispatcher endpoint`) alone: someone looking
+            # around, who needs the commands more than the complaint.
+            sys.stderr.write(self.format_help())
+            sys.exit(2)
         # One line, not argparse's usage block.
         sys.stderr.write(f"dispatcher: error: {message}\n")
         sys.exit(2)
@@ -60,7 +67,9 @@ async def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _spec(args: argparse.Namespace) -> EndpointSpec:
+def _fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The endpoint fields the flags name: all of them for add, the ones to
+    change for update (a flag not given is None and names nothing)."""
     fields: dict[str, Any] = {
         name: getattr(args, name)
         for name in SPEC_FIELDS
@@ -73,7 +82,11 @@ def _spec(args: argparse.Namespace) -> EndpointSpec:
     for name in ("client_cert", "client_key"):  # files on the command line, PEM text stored
         if name in fields:
             fields[name] = read_text_file(fields[name], f"--{name.replace('_', '-')}")
-    return spec_from_fields(fields)
+    return fields
+
+
+def _spec(args: argparse.Namespace) -> EndpointSpec:
+    return spec_from_fields(_fields(args))
 
 
 async def cmd_endpoint_add(args: argparse.Namespace, settings: Settings) -> int:
@@ -94,13 +107,42 @@ async def cmd_endpoint_add(args: argparse.Namespace, settings: Settings) -> int:
     )
 
 
-ENDPOINT_COLUMNS = ["id", "app", "name", "url", "enabled", "event_types", "rate_per_s",
-                    "max_in_flight", "timeout_ms", "max_attempts"]  # fmt: skip
+async def cmd_endpoint_update(args: argparse.Namespace, settings: Settings) -> int:
+    # The PATCH operation: the flags given replace, the others stay.
+    patch = _fields(args)
+    if not patch:
+        raise BadInput("endpoint update needs a flag to change (see `endpoint update --help`)")
+    box = settings.secret_box()
+    return await report(
+        args,
+        settings,
+        lambda conn: service.update_endpoint(
+            conn, args.id, patch, box=box, targets=settings.target_policy()
+        ),
+        lambda doc: print(f"endpoint {doc['id']} updated: {', '.join(sorted(patch))}"),
+    )
+
+
+# endpoint add's flags that set nothing an update may change: the secret's
+# scheme comes with a new secret (rotate-secret), and an endpoint stays in
+# its application.
+_NOT_UPDATED = frozenset({"help", "json", "signature", "app"})
+
+
+def _update_flags(add: argparse.ArgumentParser, update: argparse.ArgumentParser) -> None:
+    """Every flag of `endpoint add` that sets a field, optional on `update`.
+    Read from add's parser rather than listed again, so that a flag added
+    to add is one update takes too."""
+    for action in add._actions:
+        if action.option_strings and action.dest not in _NOT_UPDATED:
+            flag = copy.copy(action)
+            flag.required = False
+            update._add_action(flag)
 
 
 async def cmd_endpoint_list(args: argparse.Namespace, settings: Settings) -> int:
     return await report(
-        args, settings, lambda conn: service.list_endpoints(conn, args.app), table(ENDPOINT_COLUMNS)
+        args, settings, lambda conn: service.list_endpoints(conn, args.app), views.endpoint_list
     )
 
 
@@ -182,6 +224,18 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
             **when,
         ),
         lambda doc: print(f"event {doc['event_id']}: deliveries {doc['deliveries']}"),
+        note=lambda doc: None if doc["deliveries"] else _nobody_takes(args),
+    )
+
+
+def _nobody_takes(args: argparse.Namespace) -> None:
+    """An event nobody takes is not an error (a producer may run ahead of
+    its subscribers), but a person typing it wants to know."""
+    who = (f"endpoint {args.endpoint} does not take" if args.endpoint is not None
+           else f"no enabled endpoint of application {args.app or 'default'} takes")  # fmt: skip
+    sys.stderr.write(
+        f"dispatcher: nothing queued: {who} event type {args.event_type} "
+        "(not subscribed, or a filter did not match)\n"
     )
 
 
@@ -203,13 +257,9 @@ async def cmd_slow(args: argparse.Namespace, settings: Settings) -> int:
     )
 
 
-DLQ_COLUMNS = ["endpoint_id", "app", "dead", "primary_status_code", "primary_error", "avg_attempts",
-               "pattern", "suggested_action"]  # fmt: skip
-
-
 async def cmd_dlq_analyze(args: argparse.Namespace, settings: Settings) -> int:
     return await report(
-        args, settings, lambda conn: reports.dlq_analyze(conn, args.hours), table(DLQ_COLUMNS)
+        args, settings, lambda conn: reports.dlq_analyze(conn, args.hours), views.dlq_analyze
     )
 
 
@@ -237,14 +287,9 @@ async def cmd_dlq_replay(args: argparse.Namespace, settings: Settings) -> int:
     return await with_conn(settings, go)
 
 
-def _alerts_table(doc: dict[str, dict[str, Any]]) -> None:
-    rows = [{"alert": k, **v} for k, v in doc.items()]
-    print_table(rows, ["alert", "firing", "value", "threshold"])
-
-
 async def cmd_alerts(args: argparse.Namespace, settings: Settings) -> int:
     return await report(
-        args, settings, lambda conn: reports.alerts(conn, settings.latency_window_s), _alerts_table
+        args, settings, lambda conn: reports.alerts(conn, settings.latency_window_s), views.alerts
     )
 
 
@@ -318,6 +363,12 @@ def build_parser() -> argparse.ArgumentParser:
     for name, enabled, text in (("disable", False, "stop deliveries to it; nothing queued is lost"),
                                 ("enable", True, "resume deliveries to it")):  # fmt: skip
         endpoint_id(cmd(name, _toggle(enabled), eps, help=text))
+    upd = cmd("update", cmd_endpoint_update, eps,
+              help="change an endpoint in place: same id, same secret; flags not given stay",
+              epilog="Each flag replaces that setting (--event-type and --header the whole "
+                     "set); the defaults shown are endpoint add's.")  # fmt: skip
+    endpoint_id(upd)
+    _update_flags(add, upd)
     cmd("health", cmd_endpoint_health, eps,
         help="per endpoint: breaker state, consecutive failures, p50/p95/p99")  # fmt: skip
     rm = cmd("delete", cmd_endpoint_delete, eps,

@@ -89,6 +89,10 @@ def check_address(
     raise TargetRefused(f"{host} resolves to a {NON_PUBLIC} ({ip})")
 
 
+# host[:port][/…] with no scheme: what people type for a URL.
+_SCHEMELESS = re.compile(r"[\w.-]+(:\d+)?(/|$)")
+
+
 def parse_target(url: str) -> URL:
     """The URL exactly as the sender will send to it, or BadInput.
 
@@ -112,6 +116,9 @@ def parse_target(url: str) -> URL:
         raise BadInput(f"url is not valid: {_reason(exc)}") from None
     except IndexError:  # yarl on an empty bracketed host with userinfo ("http://[]@/")
         raise BadInput("url is not valid: its host cannot be read") from None
+    if "://" not in url and _SCHEMELESS.match(url):
+        # `localhost:8081/x` parses as scheme "localhost": say what was meant.
+        raise BadInput(f"url needs a scheme: did you mean http://{url}?")
     if target.scheme not in ("http", "https"):
         raise BadInput("url scheme must be http or https")
     if not host:

@@ -17,6 +17,7 @@ import importlib.resources
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -75,11 +76,33 @@ def one_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
+def where(url: str) -> str:
+    """Where a URL points, for an error message: host:port or the socket,
+    and the database; never the user's password."""
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    hosts = query.get("host", [""])[0] or parts.netloc.rpartition("@")[2]
+    port = query.get("port", [""])[0] or "5432"
+    name = unquote(parts.path.lstrip("/")) or query.get("dbname", [""])[0]
+    if not hosts:
+        place = "the default host (PGHOST, else the local socket or localhost)"
+    elif hosts.startswith("/"):
+        place = f"socket {hosts.rstrip('/')}/.s.PGSQL.{port}"
+    else:
+        place = ",".join(h if h.rpartition(":")[0] and not h.endswith("]")
+                         else f"{h}:{port}" for h in unquote(hosts).split(","))  # fmt: skip
+    return f"{place}, database {name}" if name else place
+
+
+def _cannot_connect(url: str, exc: BaseException) -> OperationalError:
+    return OperationalError(f"cannot connect to the database at {where(url)}: {one_line(exc)}")
+
+
 async def connect(url: str) -> asyncpg.Connection:
     try:
         return await asyncpg.connect(url, timeout=10)
     except DATABASE_ERRORS as exc:
-        raise OperationalError(f"cannot connect to the database: {one_line(exc)}") from None
+        raise _cannot_connect(url, exc) from None
 
 
 @contextlib.asynccontextmanager
@@ -126,7 +149,7 @@ async def create_pool(
         async with pool.acquire() as conn:
             await conn.fetchval("SELECT 1")
     except DATABASE_ERRORS as exc:
-        raise OperationalError(f"cannot connect to the database: {one_line(exc)}") from None
+        raise _cannot_connect(url, exc) from None
     assert pool is not None
     return pool
 

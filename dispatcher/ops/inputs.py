@@ -38,8 +38,12 @@ def payload_text(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> st
     text = _payload_text(payload)
     size = len(text.encode())
     if size > max_bytes:
-        raise BadInput(f"payload is {size} bytes, over the limit of {max_bytes}")
+        raise BadInput(_too_large(size, max_bytes))
     return text
+
+
+def _too_large(size: int, limit: int) -> str:
+    return f"payload is {size} bytes, over the limit of {limit} (DISPATCHER_MAX_PAYLOAD_BYTES)"
 
 
 def read_payload(arg: str) -> str | bytes:
@@ -157,7 +161,7 @@ def parse_event(doc: Mapping[str, Any], max_payload_bytes: int) -> Event:
     except TypeError as exc:
         raise BadInput(f"payload cannot be encoded as JSON: {exc}") from None
     if len(encoded) > max_payload_bytes:
-        raise BadInput(f"payload is {len(encoded)} bytes, over the limit of {max_payload_bytes}")
+        raise BadInput(_too_large(len(encoded), max_payload_bytes))
     app = doc.get("app")
     if app is not None and not isinstance(app, str):
         raise BadInput("app must be an application id")
@@ -238,8 +242,11 @@ def _filter_text(value: Any) -> str:
     if isinstance(value, str):
         try:
             value = orjson.loads(value)
-        except orjson.JSONDecodeError:
-            raise BadInput("filter must be a JSON object") from None
+        except orjson.JSONDecodeError as exc:
+            raise BadInput(
+                f"filter is not valid JSON ({exc}): quote names and text, "
+                """as in '{"status": "paid"}'"""
+            ) from None
     if not isinstance(value, dict):
         raise BadInput("filter must be a JSON object")
     text = orjson.dumps(value).decode()

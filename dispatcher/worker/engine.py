@@ -85,6 +85,7 @@ class Engine:
         self._gates = Gates(self.sender.wire)
         self._wake = asyncio.Event()
         self._stopping = False
+        self._cut = asyncio.Event()  # stop(now=True): the grace period is over
         self._drain = False
         self._fatal: BaseException | None = None
         self._inflight = 0  # rows claimed and not yet resolved to an outcome
@@ -107,10 +108,19 @@ class Engine:
 
     # ------------------------------------------------------------ lifecycle
 
-    def stop(self) -> None:
-        """Stop claiming; run() then winds down within the grace period."""
+    def stop(self, *, now: bool = False) -> None:
+        """Stop claiming; run() then winds down within the grace period.
+        `now`: no grace: requests on the wire are cancelled and their rows
+        released (or, with the database gone, back when their lease ends)."""
         self._stopping = True
         self._wake.set()
+        if now:
+            self._cut.set()
+
+    @property
+    def in_flight(self) -> int:
+        """Rows claimed and not yet resolved: what a stop waits for."""
+        return self._inflight
 
     @property
     def stats(self) -> Stats:
@@ -268,7 +278,7 @@ class Engine:
         # grace period to finish.
         for d, gate in self._slots.take_ready():
             self._resolve(d, gate, Outcome.handed_back(d), None)
-        await self._slots.stop(lambda job: job[0].started, self.settings.grace_s)
+        await self._slots.stop(lambda job: job[0].started, self.settings.grace_s, self._cut)
         # Flush before stopping the flusher: this waits for a write already in
         # progress (never cancelled mid-commit, which could apply it twice).
         with contextlib.suppress(Exception):

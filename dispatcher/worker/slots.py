@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 J = TypeVar("J")
 
@@ -69,16 +69,28 @@ class Slots(Generic[J]):
         self._ready.clear()
         return ready
 
-    async def stop(self, started: Callable[[J], bool], grace_s: float) -> None:
+    async def stop(
+        self, started: Callable[[J], bool], grace_s: float, cut: asyncio.Event | None = None
+    ) -> None:
         """Cancels the slots that are idle or whose job has not `started`;
-        gives those mid-job `grace_s` to finish, then cancels them too."""
+        gives those mid-job `grace_s` to finish (or until `cut` is set),
+        then cancels them too."""
         self._stopping = True
         for t, job in list(self._slots.items()):
             if job is None or not started(job):
                 t.cancel()
         busy = {t for t, job in self._slots.items() if job is not None and not t.done()}
-        if busy:
-            await asyncio.wait(busy, timeout=grace_s)
+        if busy and (cut is None or not cut.is_set()):
+            finished = asyncio.create_task(asyncio.wait(busy), name="dispatcher-slots-finish")
+            waits: set[asyncio.Future[Any]] = {finished}
+            if cut is not None:
+                waits.add(asyncio.create_task(cut.wait(), name="dispatcher-slots-cut"))
+            try:
+                await asyncio.wait(waits, timeout=grace_s, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+                await asyncio.gather(*waits, return_exceptions=True)
         for t in list(self._slots):
             t.cancel()
         if self._slots:

@@ -98,3 +98,46 @@ async def test_demo_keep_stays_up_and_its_suggestions_run_as_printed(server_url:
         conn = await asyncpg.connect(server_url)
         await conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         await conn.close()
+
+
+async def test_a_second_demo_waits_its_turn_and_metrics_count_the_demo(server_url: str) -> None:
+    """Issue 25: a second demo on the same database is refused with one
+    line (it used to drop the first one's database under it), and the
+    demo's /metrics counts the demo's own deliveries."""
+    name = f"dispatcher_demo_{uuid.uuid4().hex[:8]}"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "dispatcher", "demo", "--events", "40", "--database", name,
+        "--keep",
+        env=cli_env(server_url), stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    seen: list[str] = []
+    try:
+        first = await asyncio.wait_for(_line_with(proc.stdout, "dashboard: ", seen), 60)
+        code, _, err = await cli(server_url, "demo", "--events", "5", "--database", name,
+                                   timeout=60)  # fmt: skip
+        assert code == 1 and "Traceback" not in err, err
+        assert len(err.strip().splitlines()) == 1, err
+        assert "another dispatcher demo" in err and "--database" in err
+        await asyncio.wait_for(_line_with(proc.stdout, "still up", seen), 90)
+        dashboard = re.search(r"(http://127\.0\.0\.1:\d+/)", first)
+        token = re.search(r"admin token (\S+)", first)
+        assert dashboard and token
+        headers = {"Authorization": f"Bearer {token.group(1)}"}
+        async with aiohttp.ClientSession(headers=headers) as s:
+            async with s.get(dashboard.group(1) + "metrics") as r:
+                assert r.status == 200
+                text = await r.text()
+        delivered = re.search(r'^dispatcher_deliveries_total\{outcome="delivered"\} (\S+)$',
+                              text, flags=re.MULTILINE)  # fmt: skip
+        assert delivered and float(delivered.group(1)) >= 40, text[:2000]
+        proc.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        conn = await asyncpg.connect(server_url)
+        await conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        await conn.close()

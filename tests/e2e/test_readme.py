@@ -49,6 +49,9 @@ async def test_readme_walk_runs_as_written(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("DISPATCHER_", "WEBHOOK_")) and k != "DATABASE_URL"}  # fmt: skip
     env["DISPATCHER_HOME"] = str(home)
+    scratch = tmp_path / "tmp"  # the walk's mktemp, kept inside this test's folder
+    scratch.mkdir()
+    env["TMPDIR"] = str(scratch)
     proc = await asyncio.create_subprocess_exec(
         "bash", "-c", script, cwd=work, env=env, start_new_session=True,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -68,3 +71,7 @@ async def test_readme_walk_runs_as_written(tmp_path: Path) -> None:
         assert sum(line.startswith(event_id) for line in out.splitlines()) == 1, out
     assert '"delivered_last_hour":3' in out, out
     assert str(home.resolve() / "pgdata") in err  # it said where the database lives
+    # The walk leaves nothing in the clone (issue 25: order.json and
+    # events.jsonl were left in the repository), and cleans its scratch up.
+    assert sorted(p.name for p in work.iterdir()) == [".venv", "examples"]
+    assert list(scratch.iterdir()) == []
