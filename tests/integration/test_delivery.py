@@ -83,7 +83,8 @@ async def test_retry_schedule_uses_backoff_and_retry_after(
     assert (busy["status"], busy["attempt_count"], busy["last_status_code"]) == ("failed", 1, 429)
     assert busy["wait_s"] >= 115  # never sooner than Retry-After
     assert (down["status"], down["last_status_code"]) == ("failed", 503)
-    assert 0 <= down["wait_s"] <= 10.5  # full jitter within the first window
+    # Full jitter within the first window; a draw near 0 is already due when read.
+    assert -2 <= down["wait_s"] <= 10.5
     assert down["last_error"] == "HTTP 503"
 
 
