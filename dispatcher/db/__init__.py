@@ -54,6 +54,17 @@ TRANSIENT: tuple[type[Exception], ...] = (
 DATABASE_ERRORS: tuple[type[Exception], ...] = (*TRANSIENT, asyncpg.PostgresError)
 
 
+def refuses_writes(exc: BaseException) -> bool:
+    """The database answered but will not write: out of disk or another
+    resource (SQLSTATE class 53, but for too_many_connections, which refuses
+    the connection itself), or read-only (25006: a standby, or
+    default_transaction_read_only)."""
+    state = getattr(exc, "sqlstate", None)
+    if not isinstance(exc, asyncpg.PostgresError) or not isinstance(state, str):
+        return False
+    return (state.startswith("53") and state != "53300") or state == "25006"
+
+
 def _load_queries() -> dict[str, str]:
     text = importlib.resources.files("dispatcher.db").joinpath("queries.sql").read_text()
     queries: dict[str, str] = {}

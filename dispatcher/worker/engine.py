@@ -314,11 +314,12 @@ class Engine:
         if free <= 0:
             return 0, False
         assert self._recorder is not None
+        started = self.connectivity.now()
         if self._recorder.behind:
             try:
                 await self._recorder.flush_all()
             except DATABASE_ERRORS as exc:
-                await self._claim_failed_with(exc)
+                await self._claim_failed_with(exc, started)
                 return 0, False
         wants = self._wants()
         if not wants:
@@ -337,9 +338,9 @@ class Engine:
                 if more:
                     rows += await self._claim_pass(conn, more, limit - len(rows))
         except DATABASE_ERRORS as exc:
-            await self._claim_failed_with(exc)
+            await self._claim_failed_with(exc, started)
             return len(rows), False
-        self.connectivity.ok()
+        self.connectivity.ok(started=started, wrote=True)
         self._claim_failing_since = 0.0
         self._claim_failed = False
         self._stats.claims += 1
@@ -372,8 +373,8 @@ class Engine:
             self._start(d)
         return rows
 
-    async def _claim_failed_with(self, exc: BaseException) -> None:
-        self.connectivity.failed("claim", exc)
+    async def _claim_failed_with(self, exc: BaseException, started: float) -> None:
+        self.connectivity.failed("claim", exc, started=started)
         self._claim_failed = True
         now = time.monotonic()
         self._claim_failing_since = self._claim_failing_since or now

@@ -67,15 +67,16 @@ class Listener:
             self._lost.clear()
             self._close_now()
             while True:
+                started = self._db.now()
                 try:
                     await self.connect()
                 except DATABASE_ERRORS as exc:
-                    self._db.failed("listen", exc)
+                    self._db.failed("listen", exc, started=started)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, MAX_BACKOFF_S)
                 else:
                     delay = 0.5
-                    self._db.ok()
+                    self._db.ok(started=started, wrote=False)
                     # Endpoints may have changed unheard: read them again. (Not
                     # on the first connect: the engine reads them right after.)
                     self._endpoints_changed.set()

@@ -113,14 +113,15 @@ class Prober:
         try:
             while True:
                 await asyncio.sleep(self._tick_s)
+                started = self._db.now()
                 try:
                     await self.step()
                 except DATABASE_ERRORS as exc:
-                    self._db.failed("probe", exc)
+                    self._db.failed("probe", exc, started=started)
                     self._drop()
                     await asyncio.sleep(ERROR_PAUSE_S)
                 else:
-                    self._db.ok()
+                    self._db.ok(started=started, wrote=False)
         finally:
             self._drop()
 
