@@ -31,7 +31,15 @@ from dispatcher.core import planner, window
 from dispatcher.core.errors import OperationalError
 from dispatcher.core.models import AttemptResult, Delivery, Outcome, Stats, Status, Verdict
 from dispatcher.core.retry import decide
-from dispatcher.db import DATABASE_ERRORS, Conn, acquire, create_pool, require_schema, store
+from dispatcher.db import (
+    CONNECT_TIMEOUT_S,
+    DATABASE_ERRORS,
+    Conn,
+    acquire,
+    create_pool,
+    require_schema,
+    store,
+)
 from dispatcher.metrics import Metrics
 from dispatcher.settings import Settings
 from dispatcher.worker.connectivity import Connectivity
@@ -46,9 +54,13 @@ from dispatcher.worker.slots import Slots
 
 # How long a failed claim waits before the next try.
 CLAIM_RETRY_S = 1.0
-# No statement of the worker takes this long unless the network under it died
-# silently; then the connection is dropped and the work retried.
-COMMAND_TIMEOUT_S = 60.0
+# The worker's pooled statements (claims, outcome writes, the heartbeat, the
+# endpoints' refresh) take milliseconds; one that takes this long is on a
+# connection whose network died silently: the connection is dropped and the
+# work retried on a new one, so the worker delivers again within seconds of
+# the network's return (SPEC: 10 s). Maintenance's long statements run on a
+# connection of their own.
+STATEMENT_TIMEOUT_S = 5.0
 # A timer for a retry that comes due fires this long after the due time.
 RETRY_WAKE_SLACK_S = 0.03
 # `run --drain` gives up when the database stays unreachable this long.
@@ -156,7 +168,8 @@ class Engine:
             self.url,
             size=4,
             synchronous_commit=self.settings.synchronous_commit,
-            command_timeout=COMMAND_TIMEOUT_S,
+            command_timeout=STATEMENT_TIMEOUT_S,
+            connect_timeout=CONNECT_TIMEOUT_S,
         )
         try:
             async with pool.acquire() as conn:
