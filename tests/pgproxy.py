@@ -42,6 +42,7 @@ class PgProxy:
         self._links: set[asyncio.StreamWriter] = set()
         self._pipes: set[asyncio.Task[None]] = set()
         self.down = False
+        self.silent = False  # a black hole: bytes dropped both ways
         self.port = 0
 
     @property
@@ -79,6 +80,8 @@ class PgProxy:
     async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError, asyncio.IncompleteReadError):
             while data := await src.read(65536):
+                if self.silent:
+                    continue
                 dst.write(data)
                 await dst.drain()
         dst.transport.abort()
@@ -95,6 +98,16 @@ class PgProxy:
         self.cut()
         await asyncio.sleep(seconds)
         self.down = False
+
+    async def hole(self, seconds: float) -> None:
+        """A black hole for `seconds`: what is sent meanwhile is lost (the
+        connections it was on are out of step for good, as after a long
+        loss of packets); after it, new connections work."""
+        self.silent = True
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self.silent = False
 
     async def stop(self) -> None:
         self.cut()

@@ -410,7 +410,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "the event loop's headroom, 256..5000, from 1000)")  # fmt: skip
     run.add_argument("--batch-size", type=int, metavar="N",
                      help="rows claimed per statement (default: 500)")  # fmt: skip
-    run.add_argument("--http", metavar="HOST:PORT", help="also serve the admin API here")
+    run.add_argument("--http", metavar="HOST:PORT", help="also serve the admin API here "
+                     "(with --processes: process i on PORT+i)")  # fmt: skip
+    run.add_argument("--processes", metavar="N|auto",
+                     help="run N worker processes under one supervising parent "
+                          "(auto: one per core)")  # fmt: skip
 
     serve = cmd("serve", cmd_serve, help="the admin API alone, delivering nothing")
     serve.add_argument("--http", metavar="HOST:PORT", required=True,

@@ -32,6 +32,12 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from dispatcher import log
     from dispatcher.worker.engine import Engine
 
+    if getattr(args, "processes", None) is not None:
+        from dispatcher.cli.supervise import process_count, supervise
+
+        n = process_count(args.processes)
+        log.setup(settings.log_level, settings.sensitive_fields)
+        return await supervise(n, resolve_database_url(settings.database_url, settings.home))
     if args.max_in_flight is not None:
         settings = replace(settings, max_in_flight=args.max_in_flight)
     if args.batch_size is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import importlib.resources
 import re
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -53,6 +54,17 @@ TRANSIENT: tuple[type[Exception], ...] = (
 # Anything that can come back from talking to the database: what a worker's
 # loop survives (and retries), where a CLI command would stop with one line.
 DATABASE_ERRORS: tuple[type[Exception], ...] = (*TRANSIENT, asyncpg.PostgresError)
+
+
+def refuses_writes(exc: BaseException) -> bool:
+    """The database answered but will not write: out of disk or another
+    resource (SQLSTATE class 53, but for too_many_connections, which refuses
+    the connection itself), or read-only (25006: a standby, or
+    default_transaction_read_only)."""
+    state = getattr(exc, "sqlstate", None)
+    if not isinstance(exc, asyncpg.PostgresError) or not isinstance(state, str):
+        return False
+    return (state.startswith("53") and state != "53300") or state == "25006"
 
 
 def _load_queries() -> dict[str, str]:
@@ -98,9 +110,56 @@ def _cannot_connect(url: str, exc: BaseException) -> OperationalError:
     return OperationalError(f"cannot connect to the database at {where(url)}: {one_line(exc)}")
 
 
+# TCP keepalives and a user timeout on every connection: a database gone
+# silent (a black hole: packets dropped, nothing refused) is otherwise noticed
+# only by a statement's timeout, and an idle connection (the listener's, a
+# pooled one) never. Probes after 3 s of silence, 1 s apart, 3 unanswered:
+# about 6 s; data unacknowledged for 8 s fails the socket. Socket options,
+# not statements: nothing is added to the hot path.
+KEEPALIVE_IDLE_S = 3
+KEEPALIVE_INTERVAL_S = 1
+KEEPALIVE_COUNT = 3
+USER_TIMEOUT_MS = 8000
+# How long opening a connection may take before it counts as failed.
+CONNECT_TIMEOUT_S = 5.0
+
+
+def keep_alive(conn: asyncpg.Connection) -> None:
+    """Sets the keepalive options on the connection's TCP socket (a Unix
+    socket has none to set). asyncpg offers no public handle on the socket;
+    its transport's is the one the connection reads."""
+    transport = getattr(conn, "_transport", None)
+    sock = None if transport is None else transport.get_extra_info("socket")
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE_S),
+        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
+        ("TCP_KEEPCNT", KEEPALIVE_COUNT),
+        ("TCP_USER_TIMEOUT", USER_TIMEOUT_MS),
+    ):
+        if hasattr(socket, name):  # Linux has them all; others some
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+
+
+async def open_connection(
+    url: str, *, command_timeout: float | None = None, timeout: float = CONNECT_TIMEOUT_S
+) -> asyncpg.Connection:
+    """A connection of its own (not pooled), keepalives set."""
+    conn = await asyncpg.connect(url, timeout=timeout, command_timeout=command_timeout)
+    keep_alive(conn)
+    return conn
+
+
+async def ping(conn: Conn, timeout: float) -> None:
+    """One round trip: the connection and the server under it still answer."""
+    await conn.execute("SELECT 1", timeout=timeout)
+
+
 async def connect(url: str) -> asyncpg.Connection:
     try:
-        return await asyncpg.connect(url, timeout=10)
+        return await open_connection(url, timeout=10)
     except DATABASE_ERRORS as exc:
         raise _cannot_connect(url, exc) from None
 
@@ -124,12 +183,17 @@ async def _keep_session(_: asyncpg.Connection) -> None:
     every release would be pure cost on the hot path."""
 
 
+async def _new_connection(conn: asyncpg.Connection) -> None:
+    keep_alive(conn)
+
+
 async def create_pool(
     url: str,
     *,
     size: int = 4,
     synchronous_commit: bool = True,
     command_timeout: float | None = None,
+    connect_timeout: float = 10.0,
 ) -> asyncpg.Pool:
     settings = {} if synchronous_commit else {"synchronous_commit": "off"}
     try:
@@ -139,7 +203,8 @@ async def create_pool(
             # own, outside our error handling; ours reconnect on demand.
             min_size=0,
             max_size=size,
-            timeout=10,
+            timeout=connect_timeout,
+            init=_new_connection,
             reset=_keep_session,
             server_settings=settings,
             command_timeout=command_timeout,

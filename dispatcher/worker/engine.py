@@ -31,7 +31,15 @@ from dispatcher.core import planner, window
 from dispatcher.core.errors import OperationalError
 from dispatcher.core.models import AttemptResult, Delivery, Outcome, Stats, Status, Verdict
 from dispatcher.core.retry import decide
-from dispatcher.db import DATABASE_ERRORS, Conn, acquire, create_pool, require_schema, store
+from dispatcher.db import (
+    CONNECT_TIMEOUT_S,
+    DATABASE_ERRORS,
+    Conn,
+    acquire,
+    create_pool,
+    require_schema,
+    store,
+)
 from dispatcher.metrics import Metrics
 from dispatcher.settings import Settings
 from dispatcher.worker.connectivity import Connectivity
@@ -46,9 +54,13 @@ from dispatcher.worker.slots import Slots
 
 # How long a failed claim waits before the next try.
 CLAIM_RETRY_S = 1.0
-# No statement of the worker takes this long unless the network under it died
-# silently; then the connection is dropped and the work retried.
-COMMAND_TIMEOUT_S = 60.0
+# The worker's pooled statements (claims, outcome writes, the heartbeat, the
+# endpoints' refresh) take milliseconds; one that takes this long is on a
+# connection whose network died silently: the connection is dropped and the
+# work retried on a new one, so the worker delivers again within seconds of
+# the network's return (SPEC: 10 s). Maintenance's long statements run on a
+# connection of their own.
+STATEMENT_TIMEOUT_S = 5.0
 # A timer for a retry that comes due fires this long after the due time.
 RETRY_WAKE_SLACK_S = 0.03
 # `run --drain` gives up when the database stays unreachable this long.
@@ -166,7 +178,8 @@ class Engine:
             self.url,
             size=4,
             synchronous_commit=self.settings.synchronous_commit,
-            command_timeout=COMMAND_TIMEOUT_S,
+            command_timeout=STATEMENT_TIMEOUT_S,
+            connect_timeout=CONNECT_TIMEOUT_S,
         )
         try:
             async with pool.acquire() as conn:
@@ -324,11 +337,12 @@ class Engine:
         if free <= 0:
             return 0, False
         assert self._recorder is not None
+        started = self.connectivity.now()
         if self._recorder.behind:
             try:
                 await self._recorder.flush_all()
             except DATABASE_ERRORS as exc:
-                await self._claim_failed_with(exc)
+                await self._claim_failed_with(exc, started)
                 return 0, False
         wants = self._wants()
         if not wants:
@@ -347,9 +361,9 @@ class Engine:
                 if more:
                     rows += await self._claim_pass(conn, more, limit - len(rows))
         except DATABASE_ERRORS as exc:
-            await self._claim_failed_with(exc)
+            await self._claim_failed_with(exc, started)
             return len(rows), False
-        self.connectivity.ok()
+        self.connectivity.ok(started=started, wrote=True)
         self._claim_failing_since = 0.0
         self._claim_failed = False
         self._stats.claims += 1
@@ -382,8 +396,8 @@ class Engine:
             self._start(d)
         return rows
 
-    async def _claim_failed_with(self, exc: BaseException) -> None:
-        self.connectivity.failed("claim", exc)
+    async def _claim_failed_with(self, exc: BaseException, started: float) -> None:
+        self.connectivity.failed("claim", exc, started=started)
         self._claim_failed = True
         now = time.monotonic()
         self._claim_failing_since = self._claim_failing_since or now

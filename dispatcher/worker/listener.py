@@ -14,13 +14,18 @@ from typing import Any
 
 import asyncpg
 
-from dispatcher.db import DATABASE_ERRORS
+from dispatcher.db import DATABASE_ERRORS, open_connection, ping
 from dispatcher.worker.connectivity import Connectivity
 
 CHANNEL = "dispatcher_due"
 # Endpoints or their secrets changed (a statement trigger, schema 012).
 ENDPOINTS_CHANNEL = "dispatcher_endpoints"
 MAX_BACKOFF_S = 10.0
+# An idle connection whose network went silent is told by nothing but
+# keepalives, which a proxy or a stalled server answers: a ping this often
+# finds it, so notifications are not lost for long.
+PING_S = 5.0
+PING_TIMEOUT_S = 3.0
 
 
 class Listener:
@@ -48,7 +53,7 @@ class Listener:
         self._lost.set()
 
     async def connect(self) -> None:
-        conn = await asyncpg.connect(self._url, timeout=10)
+        conn = await open_connection(self._url)
         try:
             conn.add_termination_listener(self._terminated)
             await conn.add_listener(CHANNEL, self._notified)
@@ -63,23 +68,36 @@ class Listener:
     async def run(self) -> None:
         delay = 0.5
         while True:
-            await self._lost.wait()
+            await self._until_lost()
             self._lost.clear()
             self._close_now()
             while True:
+                started = self._db.now()
                 try:
                     await self.connect()
                 except DATABASE_ERRORS as exc:
-                    self._db.failed("listen", exc)
+                    self._db.failed("listen", exc, started=started)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, MAX_BACKOFF_S)
                 else:
                     delay = 0.5
-                    self._db.ok()
+                    self._db.ok(started=started, wrote=False)
                     # Endpoints may have changed unheard: read them again. (Not
                     # on the first connect: the engine reads them right after.)
                     self._endpoints_changed.set()
                     break
+
+    async def _until_lost(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._lost.wait(), PING_S)
+                return
+            if self._conn is None:
+                return
+            try:
+                await ping(self._conn, PING_TIMEOUT_S)
+            except DATABASE_ERRORS:
+                return  # said by the reconnect's failure, if it is an outage
 
     def _close_now(self) -> None:
         if self._conn is not None:

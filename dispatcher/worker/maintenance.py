@@ -10,18 +10,21 @@ a session lock so that two workers never vacuum at once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator
 
 import asyncpg
 
 from dispatcher import log
 from dispatcher.core.tablehealth import TableHealth, vacuum_due
-from dispatcher.db import acquire, store
+from dispatcher.db import Conn, acquire, open_connection, store
 from dispatcher.settings import Settings
 from dispatcher.worker.connectivity import Connectivity
 
 VACUUM_STATEMENT_TIMEOUT_S = 600.0
+MAINTENANCE_STATEMENT_TIMEOUT_S = 120.0
 
 
 class Maintenance:
@@ -42,7 +45,7 @@ class Maintenance:
 
     async def once(self) -> None:
         s = self._settings
-        async with acquire(self._pool) as conn:
+        async with self._connection() as conn:
             cursor = await store.maintain(
                 conn, s.latency_window_s, s.delivered_retention_s, cursor=self._cursor
             )
@@ -52,11 +55,24 @@ class Maintenance:
         if due and self._url is not None:
             await self.vacuum(due)
 
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Conn]:
+        """Pruning and percentiles on a huge table may take longer than the
+        pool's statement timeout allows (sized for the hot path): with a URL,
+        on a connection of their own, with a timeout of their own."""
+        if self._url is None:
+            async with acquire(self._pool) as conn:
+                yield conn
+            return
+        conn = await open_connection(self._url, command_timeout=MAINTENANCE_STATEMENT_TIMEOUT_S)
+        try:
+            yield conn
+        finally:
+            await _close(conn)
+
     async def vacuum(self, tables: list[TableHealth]) -> None:
         assert self._url is not None
-        conn = await asyncpg.connect(
-            self._url, timeout=10, command_timeout=VACUUM_STATEMENT_TIMEOUT_S
-        )
+        conn = await open_connection(self._url, command_timeout=VACUUM_STATEMENT_TIMEOUT_S)
         try:
             if not await store.try_vacuum_lock(conn):
                 return  # another worker is at it
@@ -68,10 +84,14 @@ class Maintenance:
                           live=h.live, autovacuum_on=h.autovacuum_on,
                           seconds=round(time.monotonic() - t0, 2))  # fmt: skip
         finally:
-            try:
-                await conn.close(timeout=5)
-            except Exception:
-                conn.terminate()
+            await _close(conn)
 
     async def run(self) -> None:
         await self._db.every(self._settings.percentile_refresh_s, "maintenance", self.once)
+
+
+async def _close(conn: asyncpg.Connection) -> None:
+    try:
+        await conn.close(timeout=5)
+    except Exception:
+        conn.terminate()

@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 import asyncpg
 
-from dispatcher.db import DATABASE_ERRORS, store
+from dispatcher.db import DATABASE_ERRORS, open_connection, store
 from dispatcher.worker.connectivity import Connectivity
 
 # How often an idle worker looks: half of it is the average added wake latency.
@@ -44,6 +44,9 @@ BAND_S = 1.0
 # the first probe after a busy spell would scan all of it).
 NOTE_S = 0.25
 ERROR_PAUSE_S = 1.0
+# A probe takes a millisecond: one unanswered this long means the database
+# went silent. The prober is then the worker's first task to say so.
+PROBE_TIMEOUT_S = 3.0
 
 
 class Prober:
@@ -82,7 +85,7 @@ class Prober:
 
     async def _connection(self) -> asyncpg.Connection:
         if self._conn is None or self._conn.is_closed():
-            self._conn = await asyncpg.connect(self._url, timeout=10, command_timeout=30)
+            self._conn = await open_connection(self._url, command_timeout=PROBE_TIMEOUT_S)
         return self._conn
 
     async def step(self) -> None:
@@ -113,14 +116,15 @@ class Prober:
         try:
             while True:
                 await asyncio.sleep(self._tick_s)
+                started = self._db.now()
                 try:
                     await self.step()
                 except DATABASE_ERRORS as exc:
-                    self._db.failed("probe", exc)
+                    self._db.failed("probe", exc, started=started)
                     self._drop()
                     await asyncio.sleep(ERROR_PAUSE_S)
                 else:
-                    self._db.ok()
+                    self._db.ok(started=started, wrote=False)
         finally:
             self._drop()
 

@@ -101,15 +101,16 @@ class Recorder:
             if len(self._buffer) < self._flush_size:
                 await asyncio.sleep(self._flush_interval_s)
             self._flush_wanted.clear()
+            started = self._db.now()
             try:
                 await self.flush_all()
             except DATABASE_ERRORS as exc:
                 self.behind = True
-                self._db.failed("flush", exc)
+                self._db.failed("flush", exc, started=started)
                 await asyncio.sleep(FLUSH_RETRY_S)
                 self._flush_wanted.set()
             else:
-                self._db.ok()
+                self._db.ok(started=started, wrote=True)
 
     async def flush_all(self) -> None:
         """Writes everything buffered; raises (keeping it all) if it cannot."""
