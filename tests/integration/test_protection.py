@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import sys
 import time
@@ -214,3 +215,23 @@ async def test_claims_spread_over_endpoints_and_still_fill_for_one_busy_endpoint
     # (two statements) per batch, not one per row of its fair share.
     assert e.stats.claims <= 30, e.stats.claims
     assert len(receiver.requests_to("/busy")) == 300
+
+
+async def test_two_workers_started_together_hold_the_rate_in_any_second(
+    db_url: str, conn: asyncpg.Connection, receiver: Receiver
+) -> None:
+    """From the first request, not after a rebalance: a worker that joins
+    tells the others at once (schema 015), so over any one-second window
+    the endpoint sees its rate (plus each worker's burst of one)."""
+    rate = 40.0
+    await add_endpoint(conn, receiver.url("/limited"), rate_per_s=rate, burst=1)
+    await catalog.enqueue_bulk(conn, [(f"w{i}", "t", "{}", None) for i in range(160)])
+    procs = await _workers(db_url, 2, "--drain")
+    assert await _wait_all(procs) == [0, 0]
+    assert await statuses(conn) == {"delivered": 160}
+    times = sorted(r.at for r in receiver.received)
+    busiest = max(bisect.bisect_left(times, t + 1.0) - i for i, t in enumerate(times))
+    # Before schema 015: 56 (each worker counted only itself until its next
+    # refresh). What is left is the few milliseconds before the other's
+    # notification lands, and the receiver's clock: 20 %.
+    assert busiest <= 1.2 * rate + 2, busiest
