@@ -9,6 +9,7 @@ import sys
 import time
 
 import asyncpg
+import pytest
 from aiohttp import web
 
 from dispatcher.db import catalog
@@ -217,6 +218,9 @@ async def test_claims_spread_over_endpoints_and_still_fill_for_one_busy_endpoint
     assert len(receiver.requests_to("/busy")) == 300
 
 
+# Alone (the serial lane): one second's count is what it asserts, and six
+# other test workers on two cores stretch the notification's few ms (53 seen).
+@pytest.mark.serial
 async def test_two_workers_started_together_hold_the_rate_in_any_second(
     db_url: str, conn: asyncpg.Connection, receiver: Receiver
 ) -> None:
