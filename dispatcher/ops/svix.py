@@ -28,7 +28,6 @@ from dispatcher.ops.eventtypes import validate_payload
 from dispatcher.ops.inputs import check_event_type, parse_time, payload_text
 
 UID = re.compile(r"[a-zA-Z0-9_.-]{1,256}")
-_OUR_ID = re.compile(r"[a-z0-9_-]{1,64}")
 
 
 def check_uid(value: Any, what: str = "uid") -> str | None:
@@ -78,9 +77,7 @@ async def create_application(
     """The application and whether it is new. A `uid` that fits our id
     syntax is also its id; otherwise the id is generated."""
     uid = check_uid(body.get("uid"))
-    name = body.get("name")
-    if not isinstance(name, str) or not 1 <= len(name.strip()) <= 200:
-        raise BadInput("name must be 1-200 characters")
+    name = tenancy.check_name(body.get("name"))
     metadata = check_metadata(body.get("metadata")) or {}
     if uid is not None:
         existing = await store.get_app(conn, uid)
@@ -88,8 +85,10 @@ async def create_application(
             if get_if_exists:
                 return existing, False
             raise Conflict(f"an application with uid {uid} already exists")
-    app = uid if uid is not None and _OUR_ID.fullmatch(uid) else f"app_{secrets.token_hex(12)}"
-    row = await store.insert_app(conn, app, name.strip(), uid, metadata)
+    app = (
+        uid if uid is not None and tenancy.APP_ID.fullmatch(uid) else f"app_{secrets.token_hex(12)}"
+    )
+    row = await store.insert_app(conn, app, name, uid, metadata)
     if row is None:
         if uid is not None and app == uid:  # the id is taken (by a deleted one): another id
             row = await store.insert_app(conn, f"app_{secrets.token_hex(12)}", name, uid, metadata)
@@ -109,9 +108,7 @@ async def update_application(
 ) -> dict[str, Any]:
     """PUT (`partial` False: name required, absent uid/metadata cleared) or PATCH."""
     app = await application(conn, key, scope)
-    name = body.get("name")
-    if name is not None and (not isinstance(name, str) or not 1 <= len(name.strip()) <= 200):
-        raise BadInput("name must be 1-200 characters")
+    name = None if body.get("name") is None else tenancy.check_name(body["name"])
     if not partial and name is None:
         raise BadInput("name is required")
     uid_given = "uid" in body or not partial
@@ -120,8 +117,7 @@ async def update_application(
     if not partial and metadata is None:
         metadata = {}
     row = await store.update_app(
-        conn, app["id"], name=None if name is None else name.strip(),
-        uid=(uid_given, uid), metadata=metadata,
+        conn, app["id"], name=name, uid=(uid_given, uid), metadata=metadata,
     )  # fmt: skip
     if row is None:
         raise NotFound("no such application")

@@ -27,7 +27,7 @@ from dispatcher.ops.inputs import check_number
 
 TOKEN_PREFIX = "dtk_"
 DEFAULT_APP = catalog.DEFAULT_APP
-_APP_ID = re.compile(r"[a-z0-9_-]{1,64}")
+APP_ID = re.compile(r"[a-z0-9_-]{1,64}")
 MAX_TTL_S = 10 * 365 * 86_400.0
 DEFAULT_PORTAL_TTL_S = 3600.0
 PORTAL_SESSION_TTL_S = 12 * 3600.0
@@ -42,7 +42,7 @@ def _matches(offered: bytes, stored: bytes) -> bool:
 
 
 def check_app(value: Any, name: str = "app") -> str:
-    if not isinstance(value, str) or not _APP_ID.fullmatch(value):
+    if not isinstance(value, str) or not APP_ID.fullmatch(value):
         raise BadInput(f"{name} must be 1-64 characters of a-z, 0-9, _ and -")
     return value
 
@@ -54,7 +54,7 @@ def _ttl(value: Any, name: str = "ttl_s") -> float:
 # ---------------------------------------------------------------- applications
 
 
-def _name(value: Any) -> str:
+def check_name(value: Any) -> str:
     if not isinstance(value, str) or not 1 <= len(value.strip()) <= 200:
         raise BadInput("name must be 1-200 characters")
     return value.strip()
@@ -63,7 +63,7 @@ def _name(value: Any) -> str:
 async def add_application(conn: Conn, app: Any, name: Any = None) -> dict[str, Any]:
     """`name` defaults to the id. An existing id: Conflict."""
     app = check_app(app, "application id")
-    row = await applications.add_application(conn, app, _name(app if name is None else name))
+    row = await applications.add_application(conn, app, check_name(app if name is None else name))
     return {"id": row["id"], "name": row["name"]}
 
 
@@ -98,7 +98,7 @@ async def update_application(conn: Conn, app: Any, patch: Mapping[str, Any]) -> 
     unknown = sorted(set(patch) - set(APPLICATION_FIELDS))
     if unknown:
         raise BadInput(f"unknown field: {unknown[0]}")
-    name = _name(patch["name"]) if "name" in patch else None
+    name = check_name(patch["name"]) if "name" in patch else None
     quotas = {k: check_quota(k, v) for k, v in patch.items() if k != "name"}
     return await applications.update_application(conn, app, name, quotas)
 
