@@ -53,7 +53,8 @@ async def drain_phase(
     before = await receiver.stats()
     meter = Meter(bench.admin_url, bench.opts.db_name, bench.receivers)
     await meter.start()
-    open_series: list[tuple[float, int]] = []
+    # (seconds since start, requests open at the receiver, POSTs it has had)
+    open_series: list[tuple[float, int, int]] = []
     t_start = time.perf_counter()
     last = {"count": before["count"], "t": t_start}
 
@@ -64,7 +65,7 @@ async def drain_phase(
             return
         now = time.perf_counter()
         if sample_open:
-            open_series.append((now - t_start, int(s["open"])))
+            open_series.append((now - t_start, int(s["open"]), s["count"] - before["count"]))
         rate = rate_since(last, s["count"], now)
         progress(
             f"{label}: delivered {s['count'] - before['count']:,}/{expected:,}  {rate:,.0f}/s"
@@ -74,7 +75,7 @@ async def drain_phase(
 
     argv = run_argv(bench.opts, max_in_flight)
     progress(f"{label}: {processes} x dispatcher {' '.join(argv)}")
-    tick_s = 0.25 if sample_open else 1.0
+    tick_s = 0.1 if sample_open else 1.0
     runs, _, t0 = await bench.children.run_together(
         [dispatcher_argv(*argv) for _ in range(processes)],
         [f"run-{i}" for i in range(processes)],

@@ -3,7 +3,8 @@
     python -m benchmarks.receiver --port P [--latency-ms N] [--status 200] [--hang]
                                   [--record-arrivals N]
                                   [--fault KIND --fault-share F | --mix KIND=F,...]
-                                  [--latency-lognormal P50:P99] [--seed S]
+                                  [--latency-lognormal P50:P99 | --latency-uniform LO:HI]
+                                  [--seed S]
                                   [--tls-cert PEM --tls-key PEM]
 
 Raw asyncio Protocols on uvloop (aiohttp.web would be the bottleneck, not the
@@ -22,7 +23,8 @@ read; `GET /arrivals` answers them as JSON `{id: ts}`. `--fault KIND
 never answers (the client's timeout ends it), `cut` answers a 200 whose body
 stops short of its content-length and drops the connection; `--mix` draws
 several kinds (also `5xx` and `429` with Retry-After), and
-`--latency-lognormal` draws each answer's delay (see receiver_mix.py).
+`--latency-lognormal` or `--latency-uniform` draws each answer's delay (see
+receiver_mix.py).
 `--tls-cert/--tls-key` serve https instead of http. The counters and canned
 responses live in receiver_stats.py.
 
@@ -47,7 +49,14 @@ from collections import deque
 from pathlib import Path
 from typing import cast
 
-from .receiver_mix import RETRY_AFTER_S, Behaviour, parse_lognormal, parse_mix, server_tls
+from .receiver_mix import (
+    RETRY_AFTER_S,
+    Behaviour,
+    parse_lognormal,
+    parse_mix,
+    parse_uniform,
+    server_tls,
+)
 from .receiver_stats import Stats, response
 
 HOST = "127.0.0.1"
@@ -412,6 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fault-share", type=float, default=0.0, help="on this share of POSTs")
     p.add_argument("--mix", default="", metavar="KIND=F,...", help="several faults (receiver_mix)")
     p.add_argument("--latency-lognormal", metavar="P50:P99", help="delays drawn lognormal (ms)")
+    p.add_argument("--latency-uniform", metavar="LO:HI", help="delays drawn uniformly (ms)")
     p.add_argument("--seed", type=int, default=7, help="of the fault and delay draws")
     p.add_argument("--tls-cert", type=Path, help="serve https with this certificate (PEM)")
     p.add_argument("--tls-key", type=Path, help="... and this key (PEM)")
@@ -438,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.fault:
             faults.append((args.fault, args.fault_share))
         lognormal_ms = parse_lognormal(args.latency_lognormal) if args.latency_lognormal else None
+        uniform_ms = parse_uniform(args.latency_uniform) if args.latency_uniform else None
         tls = None
         if args.tls_cert or args.tls_key:
             if not (args.tls_cert and args.tls_key):
@@ -449,6 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     behaviour = Behaviour(
         latency_s=args.latency_ms / 1000,
         lognormal_ms=lognormal_ms,
+        uniform_ms=uniform_ms,
         faults=faults,
         seed=args.seed,
     )

@@ -33,6 +33,7 @@ class Receiver:
         fault_share: float = 0.0,
         mix: str = "",
         lognormal_ms: tuple[float, float] | None = None,
+        uniform_ms: tuple[float, float] | None = None,
         seed: int = 7,
         tls: TlsFiles | None = None,
         name: str = "receiver",
@@ -46,6 +47,7 @@ class Receiver:
         self.fault_share = fault_share
         self.mix = mix
         self.lognormal_ms = lognormal_ms
+        self.uniform_ms = uniform_ms
         self.seed = seed
         self.tls = tls
         self.name = name
@@ -69,6 +71,8 @@ class Receiver:
             argv += ["--mix", self.mix]
         if self.lognormal_ms:
             argv += ["--latency-lognormal", "{:g}:{:g}".format(*self.lognormal_ms)]
+        if self.uniform_ms:
+            argv += ["--latency-uniform", "{:g}:{:g}".format(*self.uniform_ms)]
         if self.seed != 7:
             argv += ["--seed", str(self.seed)]
         if self.tls is not None:

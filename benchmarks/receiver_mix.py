@@ -5,7 +5,9 @@ Draws only (seeded, reproducible); receiver.py applies them to the wire.
 
 Delays: a fixed `--latency-ms`, or `--latency-lognormal P50:P99` (ms), a
 lognormal distribution with that median and 99th percentile (real
-receivers' latencies have a long right tail). Faults: `--fault KIND
+receivers' latencies have a long right tail), or `--latency-uniform LO:HI`
+(ms), every delay in that range equally likely (a mix of fast and slow
+receivers behind one endpoint). Faults: `--fault KIND
 --fault-share F`, or a mix `--mix KIND=SHARE,...`, drawn independently per
 POST. Kinds:
 
@@ -38,17 +40,30 @@ def lognormal(p50_ms: float, p99_ms: float) -> tuple[float, float]:
     return math.log(p50_ms / 1000), math.log(p99_ms / p50_ms) / Z99
 
 
+def _ms_pair(text: str, names: str) -> tuple[float, float]:
+    """`A:B` in ms -> (a, b); `names` ("P50:P99") for the message."""
+    a, sep, b = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return float(a), float(b)
+    except ValueError:
+        raise ValueError(f"expected {names} in ms, got {text!r}") from None
+
+
 def parse_lognormal(text: str) -> tuple[float, float]:
     """`P50:P99` in ms -> (p50, p99)."""
-    p50, sep, p99 = text.partition(":")
-    try:
-        pair = (float(p50), float(p99))
-    except ValueError:
-        raise ValueError(f"expected P50:P99 in ms, got {text!r}") from None
-    if not sep:
-        raise ValueError(f"expected P50:P99 in ms, got {text!r}")
+    pair = _ms_pair(text, "P50:P99")
     lognormal(*pair)
     return pair
+
+
+def parse_uniform(text: str) -> tuple[float, float]:
+    """`LO:HI` in ms -> (lo, hi), 0 <= lo <= hi <= MAX_DELAY_S in ms."""
+    lo, hi = _ms_pair(text, "LO:HI")
+    if not 0 <= lo <= hi <= MAX_DELAY_S * 1000:
+        raise ValueError(f"expected LO:HI in ms with 0 <= LO <= HI, got {text!r}")
+    return lo, hi
 
 
 def parse_mix(text: str) -> list[tuple[str, float]]:
@@ -75,18 +90,20 @@ def parse_mix(text: str) -> list[tuple[str, float]]:
 class Behaviour:
     """The delay and fault of each POST, drawn from one seeded generator."""
 
-    __slots__ = ("_cumulative", "_latency_s", "_lognormal", "_rng")
+    __slots__ = ("_cumulative", "_latency_s", "_lognormal", "_rng", "_uniform")
 
     def __init__(
         self,
         *,
         latency_s: float = 0.0,
         lognormal_ms: tuple[float, float] | None = None,
+        uniform_ms: tuple[float, float] | None = None,
         faults: Sequence[tuple[str, float]] = (),
         seed: int = 7,
     ) -> None:
         self._rng = random.Random(seed)
         self._latency_s = latency_s
+        self._uniform = None if uniform_ms is None else (uniform_ms[0] / 1000, uniform_ms[1] / 1000)
         self._lognormal = None if lognormal_ms is None else lognormal(*lognormal_ms)
         self._cumulative: list[tuple[float, str]] = []
         total = 0.0
@@ -96,6 +113,8 @@ class Behaviour:
                 self._cumulative.append((total, kind))
 
     def delay(self) -> float:
+        if self._uniform is not None:
+            return self._rng.uniform(*self._uniform)
         if self._lognormal is None:
             return self._latency_s
         mu, sigma = self._lognormal

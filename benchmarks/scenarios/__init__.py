@@ -16,7 +16,7 @@ from .jobqueue import run_jobqueue
 from .many import run_many
 from .noisy import run_noisy
 from .producers import run_producers
-from .slow200 import run_slow200
+from .slow import run_slow200, run_slow500, run_slowmix
 from .tenants import run_tenants
 from .two import run_two
 from .wake import run_wake
@@ -24,6 +24,8 @@ from .wake import run_wake
 RUNNERS: dict[str, Runner] = {
     "fast": run_fast,
     "slow200": run_slow200,
+    "slow500": run_slow500,
+    "slowmix": run_slowmix,
     "many": run_many,
     "noisy": run_noisy,
     "two": run_two,

@@ -2,9 +2,13 @@
 
 AIMD with a slow start, driven by what the endpoint shows:
 
-- slow start: +1 per success (the limit doubles every round trip) until the
-  first sign of trouble, so a healthy endpoint reaches its configured
-  maximum within a few hundred requests;
+- slow start: from `INITIAL` (32) in flight, +`SLOW_START_STEP` (2) per
+  success, so the limit triples every round trip until the first sign of
+  trouble: a healthy endpoint reaches 90 % of a maximum of 625 within three
+  round trips (1.5 s against a 500 ms receiver; TCP's 4 and +1 took eight,
+  4 s, and by Little's law every round trip of ramp is a round trip of lost
+  rate). A hanging endpoint has no successes, so it never grows past
+  INITIAL: 32 of the process's window at most, until timeouts halve it;
 - then additive increase: +1/limit per success (about +1 per round trip)
   while latency holds near its baseline;
 - multiplicative decrease: 429 and 503 (the receiver says it has too much)
@@ -28,6 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+INITIAL = 32
+SLOW_START_STEP = 2.0
 DECREASE_INTERVAL_S = 1.0
 LATENCY_TOLERANCE = 2.0
 BASELINE_WEIGHT = 0.05  # EWMA of the latency seen while healthy
@@ -52,7 +58,7 @@ class Limit:
 
 
 def initial(max_limit: int) -> Limit:
-    return Limit(limit=float(min(max_limit, 4)), max_limit=max_limit)
+    return Limit(limit=float(min(max_limit, INITIAL)), max_limit=max_limit)
 
 
 def resize(s: Limit, max_limit: int) -> Limit:
@@ -87,7 +93,7 @@ def on_success(s: Limit, latency_ms: float, now: float, *, saturated: bool = Fal
     if s.window_done:
         s = _judged(s, False, now)
     base = s.baseline_ms
-    step = 1.0 if s.slow_start else 1.0 / max(s.limit, 1.0)
+    step = SLOW_START_STEP if s.slow_start else 1.0 / max(s.limit, 1.0)
     if saturated:
         if s.limit >= s.max_limit:
             return s

@@ -12,12 +12,16 @@ from what the process can sustain, measured by its event loop:
 - every `DECIDE_S`, from the median lag of the interval (one pause, a
   collection or a large claim, does not count as a trend): a loop answering on
   time while the window was full (it was what held the rate back) grows the
-  window by `GROW`; a loop far behind shrinks it by `SHRINK`; in between it
-  holds. A busy loop alone is no reason to shrink: a process that is
-  CPU-bound still needs rate x latency in flight, and a window cut below
-  that loses rate (on a shared machine the loop also lags while other
-  processes have the CPU). Only a lag that makes every request wait
-  noticeably in our own queue (`LAG_HIGH_S`) takes the window down;
+  window by `GROW`, or doubles it while the window is still ramping up (from
+  the start until the loop is first seen busy or the window shrinks: like
+  TCP's slow start, because against slow receivers every half second spent
+  below what they allow is lost rate, Little's law); a loop far behind
+  shrinks it by `SHRINK`; in between it holds. A busy loop alone is no
+  reason to shrink: a process that is CPU-bound still needs rate x latency
+  in flight, and a window cut below that loses rate (on a shared machine
+  the loop also lags while other processes have the CPU). Only a lag that
+  makes every request wait noticeably in our own queue (`LAG_HIGH_S`) takes
+  the window down;
 - the window stays between `FLOOR` and a ceiling (`CEILING`, lowered to what
   the descriptor limit allows: one socket per request).
 
@@ -42,8 +46,9 @@ LAG_BUSY_S = 0.030  # over this: the process is saturated (latency is partly our
 LAG_HIGH_S = 0.150  # over this: requests queue in the process; the window shrinks
 FULL_SHARE = 0.9  # in flight reached this share of the window: it was full
 GROW = 1.25
+RAMP_GROW = 2.0
 SHRINK = 0.85
-INITIAL = 1000
+INITIAL = 2000
 FLOOR = 256
 CEILING = 5000  # ~25 KB per request in flight: well under 300 MB at the ceiling
 FD_RESERVE = 256  # descriptors kept for the database, listener, logs
@@ -56,6 +61,7 @@ class Window:
     ceiling: int
     fixed: bool = False
     saturated: bool = False  # the last interval's verdict
+    ramping: bool = True  # not yet seen busy or shrunk: grows by RAMP_GROW
     # The open interval: since when, its lag samples, peak in flight.
     since: float = 0.0
     lags: tuple[float, ...] = ()
@@ -87,9 +93,10 @@ def sampled(w: Window, lag_s: float, in_flight: int, now: float) -> Window:
     lag = statistics.median(lags)
     limit = w.limit
     saturated = lag > LAG_BUSY_S
+    ramping = w.ramping and lag < LAG_LOW_S
     if not w.fixed:
         if lag > LAG_HIGH_S:
             limit = max(w.floor, int(limit * SHRINK))
         elif lag < LAG_LOW_S and peak >= FULL_SHARE * limit:
-            limit = min(w.ceiling, int(limit * GROW) + 1)
-    return replace(w, limit=limit, saturated=saturated, since=now, lags=(), peak=0)
+            limit = min(w.ceiling, int(limit * (RAMP_GROW if ramping else GROW)) + 1)
+    return replace(w, limit=limit, saturated=saturated, ramping=ramping, since=now, lags=(), peak=0)

@@ -16,6 +16,8 @@ on its share (see `split`), re-balanced as workers come and go.
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import logging
 import math
 import time
@@ -54,6 +56,11 @@ from dispatcher.worker.sender import EndpointWire
 RATE_LOOKAHEAD_S = 1.0
 # A bucket never holds more tokens than this, whatever a row says the rate is.
 MAX_BURST = 1_000_000
+# About how long from a place freeing to a claimed row taking it without
+# rows claimed ahead: the claim's wake-up, its round trip and the send.
+CLAIM_CYCLE_MS = 50.0
+# A row claimed ahead waits this long at most for a place, then goes back.
+PLACE_WAIT_S = 1.0
 
 
 def split(total: int, workers: int, index: int, salt: int) -> int:
@@ -83,28 +90,31 @@ class Admission:
     """`async with gate.admit(d, stopping)`: holds one of the endpoint's
     in-flight places while the row is sent, after a token of its bucket;
     `as` gives whether the row may go now (not paused, its breaker admits
-    it, the worker is not stopping). Admitted, the row is marked started and
-    takes its place in the send order. A class, not a generator-based
-    context manager: one is made per delivery, on the hot path."""
+    it, the worker is not stopping, a place came free in time). Admitted,
+    the row is marked started and takes its place in the send order. A
+    class, not a generator-based context manager: one is made per delivery,
+    on the hot path."""
 
-    __slots__ = ("_d", "_gate", "_sem", "_stopping")
+    __slots__ = ("_d", "_gate", "_placed", "_stopping")
 
     def __init__(self, gate: Gate, d: Delivery, stopping: Callable[[], bool]) -> None:
         self._gate = gate
         self._d = d
         self._stopping = stopping
-        # The semaphore taken is the one released, even if reconfigure()
-        # replaces it meanwhile (rows holding the old one finish under it).
-        self._sem = gate.sem
+        self._placed = False
 
     async def __aenter__(self) -> bool:
         gate = self._gate
-        await self._sem.acquire()
+        if gate.sending < gate.places() and not gate.waiting:
+            gate.sending += 1
+        elif not await gate.wait_for_place():  # a place handed over is counted
+            return False  # claimed ahead, and no place came free in time: handed back
+        self._placed = True
         try:
             if gate.limiter is not None and gate.sendable():
                 await gate.limiter.acquire()
         except BaseException:
-            self._sem.release()
+            self._leave()
             raise
         if self._stopping() or not gate.sendable() or gate.paused_for() > 0:
             return False
@@ -113,7 +123,13 @@ class Admission:
         return True
 
     async def __aexit__(self, *_: object) -> None:
-        self._sem.release()
+        self._leave()
+
+    def _leave(self) -> None:
+        if self._placed:
+            self._placed = False
+            self._gate.sending -= 1
+            self._gate.place_freed()
 
 
 class Gate:
@@ -133,8 +149,9 @@ class Gate:
         "probing",
         "rate_share",
         "run",
-        "sem",
+        "sending",
         "unwritten",
+        "waiting",
         "wire",
     )
 
@@ -161,7 +178,10 @@ class Gate:
         self.gone_at: float | None = None
         self.max_share = endpoint.max_in_flight  # this process's part of max_in_flight
         self.rate_share = endpoint.rate_per_s
-        self.sem = asyncio.Semaphore(endpoint.max_in_flight)
+        # Rows holding an in-flight place (see places()), and rows claimed
+        # ahead waiting for one, first come first served.
+        self.sending = 0
+        self.waiting: collections.deque[asyncio.Future[bool]] = collections.deque()
         self.limiter = self._limiter()
         self.adaptive = concurrency.initial(endpoint.max_in_flight)
         self.order = SendOrder(_horizon(endpoint))
@@ -183,9 +203,9 @@ class Gate:
         self.broken = broken
         self.order.horizon_s = _horizon(endpoint)
         if old.max_in_flight != endpoint.max_in_flight:
-            # Rows already holding the old semaphore finish under it.
-            self.sem = asyncio.Semaphore(endpoint.max_in_flight)
+            # Rows already in flight finish; places() applies to the next.
             self.adaptive = concurrency.resize(self.adaptive, endpoint.max_in_flight)
+            self.place_freed()
         if (old.rate_per_s, old.burst, old.max_in_flight) != (
             endpoint.rate_per_s,
             endpoint.burst,
@@ -205,6 +225,7 @@ class Gate:
         self.rate_share = rate
         self.limiter = self._limiter()
         self.adaptive = concurrency.resize(self.adaptive, max(share, 1))
+        self.place_freed()
 
     def sync(self, state: EndpointState, worker: str, now_mono: float) -> None:
         """What the database says now: the stored breaker (the truth, other
@@ -259,7 +280,8 @@ class Gate:
             if self.breaker.state is BreakerState.HALF_OPEN and self.probing:
                 return 0 if (self.probe_sent or self.claimed) else 1
             return 0
-        n = min(self.max_share, self.adaptive.current) - self.claimed
+        places = self.places()
+        n = places + self.ahead(places) - self.claimed
         if self.limiter is not None and self.rate_share is not None:
             # The tokens there now, plus what refills within the lookahead:
             # no claimed row waits for a token much longer than a second,
@@ -269,6 +291,65 @@ class Gate:
             )
             n = min(n, ahead - self.claimed)
         return max(n, 0)
+
+    def places(self) -> int:
+        """Requests this process may have on the wire to the endpoint now:
+        its share of max_in_flight, within the adaptive limit."""
+        return min(self.max_share, self.adaptive.current)
+
+    def ahead(self, places: int) -> int:
+        """Rows claimed beyond `places`, waiting in the process for a place.
+
+        Without them a place freed by an answer stays empty until the next
+        claim has run (the wake-up, the claim's round trip, the send): by
+        Little's law that empty time is rate lost, a tenth of it against a
+        200 ms receiver. With them the next row is sent the moment a place
+        frees. As many as the endpoint completes in about one claim cycle
+        (its healthy latency learned by the adaptive limit), and none while
+        it fails (a hanging endpoint's rows would only wait to go back),
+        sends one at a time per key (fifo) or has a rate (its rows are
+        already claimed ahead of their tokens, RATE_LOOKAHEAD_S: one wait
+        per row, so its lease holds).
+        """
+        base = self.adaptive.baseline_ms
+        if base is None or self.limiter is not None or self.endpoint.ordering != "none":
+            return 0
+        if not self._clean():
+            return 0
+        return min(places, math.ceil(places * CLAIM_CYCLE_MS / max(base, CLAIM_CYCLE_MS)))
+
+    async def wait_for_place(self) -> bool:
+        """Waits, in turn, for an in-flight place (place_freed hands it
+        over, counted in `sending`); False when none came free within
+        PLACE_WAIT_S: the row, claimed ahead, goes back unspent rather than
+        eat into its lease. (Not asyncio.wait_for: before 3.12 it swallows a
+        cancel that arrives with the place, and a stopping worker's row
+        would then go out.)"""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+        self.waiting.append(fut)
+        timer = loop.call_later(PLACE_WAIT_S, _expire, fut)
+        try:
+            return await fut
+        except BaseException:
+            if fut.done() and not fut.cancelled() and fut.result():
+                self.sending -= 1  # handed over as it was cancelled: give it back
+                self.place_freed()
+            raise
+        finally:
+            timer.cancel()
+            with contextlib.suppress(ValueError):
+                self.waiting.remove(fut)
+
+    def place_freed(self) -> None:
+        """Hands free places to the rows waiting, in order. Counted here, as
+        the place changes hands, so that no row arriving before the woken
+        one resumes can take it too."""
+        while self.waiting and self.sending < self.places():
+            fut = self.waiting.popleft()
+            if not fut.done():
+                self.sending += 1
+                fut.set_result(True)
 
     def lease_s(self, margin_s: float) -> float:
         # The wait for a token is bounded by RATE_LOOKAHEAD_S via budget().
@@ -361,6 +442,11 @@ class Gate:
         if b.state is not BreakerState.HALF_OPEN:
             self.probing = False
             self.probe_sent = False
+
+
+def _expire(fut: asyncio.Future[bool]) -> None:
+    if not fut.done():
+        fut.set_result(False)
 
 
 def _horizon(ep: Endpoint) -> float:

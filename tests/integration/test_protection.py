@@ -12,6 +12,7 @@ import asyncpg
 import pytest
 from aiohttp import web
 
+from dispatcher.core import concurrency
 from dispatcher.db import catalog
 from tests.helpers import add_endpoint, cli_env, drain, engine, statuses
 from tests.receivers import Receiver, delay, sequence, status
@@ -181,18 +182,22 @@ async def test_slowing_endpoint_gets_fewer_parallel_requests(
 ) -> None:
     receiver.routes["/slow"] = delay(1.0)
     await add_endpoint(conn, receiver.url("/slow"), max_in_flight=50, timeout_ms=200,
-                       retry_base_ms=0, retry_cap_ms=0, max_attempts=2,
+                       retry_base_ms=0, retry_cap_ms=0, max_attempts=1,
                        failure_threshold=1000)  # fmt: skip
-    await catalog.enqueue_bulk(conn, [(f"s{i}", "t", "{}", None) for i in range(20)])
+    await catalog.enqueue_bulk(conn, [(f"s{i}", "t", "{}", None) for i in range(120)])
     await drain(db_url, timeout=60)
     # Requests started within one timeout of each other were in flight together.
-    # Without adaptation 50 would start at once; AIMD starts small and halves
-    # on each round of timeouts.
+    # Without adaptation 50 would start at once; AIMD starts at its slow
+    # start's first step and halves once a window of completions timed out.
     starts = sorted(r.at for r in receiver.received)
-    together = max(sum(1 for t in starts if s <= t < s + 0.15) for s in starts)
-    assert together <= 4, together
-    assert len(starts) == 40
-    assert await statuses(conn) == {"dead_letter": 20}
+    assert len(starts) == 120
+
+    def together(ts: list[float]) -> int:
+        return max(sum(1 for t in ts if s <= t < s + 0.15) for s in ts)
+
+    assert together(starts) <= concurrency.INITIAL, together(starts)
+    assert together(starts[-40:]) <= concurrency.INITIAL // 2, together(starts[-40:])
+    assert await statuses(conn) == {"dead_letter": 120}
 
 
 async def test_claims_spread_over_endpoints_and_still_fill_for_one_busy_endpoint(
@@ -239,3 +244,47 @@ async def test_two_workers_started_together_hold_the_rate_in_any_second(
     # refresh). What is left is the few milliseconds before the other's
     # notification lands, and the receiver's clock: 20 %.
     assert busiest <= 1.2 * rate + 2, busiest
+
+
+async def test_rows_claimed_ahead_wait_in_the_process_not_at_the_receiver(
+    db_url: str, conn: asyncpg.Connection, receiver: Receiver
+) -> None:
+    # Against a slow receiver the next rows are claimed before places free
+    # (so none stays empty for a claim's round trip), yet the receiver never
+    # has more than max_in_flight open at once.
+    open_now = peak = 0
+
+    async def slow(_: Receiver, __: web.Request, ___: bytes) -> web.StreamResponse:
+        nonlocal open_now, peak
+        open_now += 1
+        peak = max(peak, open_now)
+        try:
+            await asyncio.sleep(0.1)
+        finally:
+            open_now -= 1
+        return web.Response(status=200)
+
+    receiver.routes["/slow"] = slow
+    eid, _ = await add_endpoint(conn, receiver.url("/slow"), max_in_flight=8)
+    await catalog.enqueue_bulk(conn, [(f"a{i}", "t", "{}", None) for i in range(300)])
+    e = engine(db_url)
+    claimed_most = sending_most = 0
+
+    async def watch() -> None:
+        nonlocal claimed_most, sending_most
+        while True:
+            g = e.gates.get(eid)
+            if g is not None:
+                claimed_most = max(claimed_most, g.claimed)
+                sending_most = max(sending_most, g.sending)
+            await asyncio.sleep(0.005)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        await asyncio.wait_for(e.run(drain=True), 60)
+    finally:
+        watcher.cancel()
+    assert len(receiver.requests_to("/slow")) == 300
+    assert peak == 8 and sending_most == 8
+    assert claimed_most > 8, claimed_most
+    assert await statuses(conn) == {"delivered": 300}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.receiver_mix import Behaviour, parse_lognormal, parse_mix
+from benchmarks.receiver_mix import Behaviour, parse_lognormal, parse_mix, parse_uniform
 
 
 def test_lognormal_delays_have_the_asked_median_and_p99() -> None:
@@ -42,3 +42,16 @@ def test_bad_mixes_are_refused(bad: str) -> None:
 def test_bad_lognormals_are_refused(bad: str) -> None:
     with pytest.raises(ValueError):
         parse_lognormal(bad)
+
+
+def test_uniform_delays_cover_their_range_evenly() -> None:
+    b = Behaviour(uniform_ms=parse_uniform("50:1000"), seed=2)
+    draws = [b.delay() for _ in range(20_000)]
+    assert 0.05 <= min(draws) < 0.06 and 0.99 < max(draws) <= 1.0
+    assert sum(draws) / len(draws) == pytest.approx(0.525, rel=0.02)
+
+
+@pytest.mark.parametrize("bad", ["50", "50:x", "100:50", "-1:10", "0:700000"])
+def test_bad_uniform_ranges_are_refused(bad: str) -> None:
+    with pytest.raises(ValueError):
+        parse_uniform(bad)

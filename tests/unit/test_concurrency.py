@@ -23,6 +23,25 @@ def test_slow_start_reaches_the_maximum_quickly() -> None:
     assert s.current == 256 and s.slow_start
 
 
+def test_slow_start_triples_each_round_trip_from_32() -> None:
+    # A full window's worth of successes per round trip: L -> 3 L.
+    s = initial(625)
+    assert s.current == concurrency.INITIAL == 32
+    trips = 0
+    while s.current < 0.9 * 625:
+        for _ in range(s.current):
+            s = on_success(s, 500.0, now=trips * 0.5)
+        trips += 1
+    assert trips == 3 and s.slow_start
+
+
+def test_a_hanging_endpoint_never_grows_past_the_initial_limit() -> None:
+    s = initial(1000)
+    for i in range(500):
+        s = on_timeout(s, now=i * 0.01)
+    assert s.current <= concurrency.INITIAL
+
+
 def test_overload_halves_once_per_interval() -> None:
     s = initial(100)
     for _ in range(100):
@@ -37,7 +56,7 @@ def test_overload_halves_once_per_interval() -> None:
 
 
 def test_additive_increase_after_a_decrease() -> None:
-    s = on_overload(initial(100), now=0.0)  # 4 -> 2, out of slow start
+    s = on_overload(initial(100), now=0.0)  # 32 -> 16, out of slow start
     before = s.limit
     for _ in range(int(before)):
         s = on_success(s, 10.0, now=5.0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from dataclasses import replace
 from random import Random
@@ -9,10 +11,12 @@ from random import Random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dispatcher.core import concurrency
 from dispatcher.core.breaker import Breaker, BreakerState
-from dispatcher.core.models import AttemptResult, Endpoint, Verdict
+from dispatcher.core.models import AttemptResult, Delivery, Endpoint, Verdict
 from dispatcher.core.sendorder import SendOrder
 from dispatcher.db.store import EndpointState
+from dispatcher.worker import gate as gate_module
 from dispatcher.worker.gate import Gate, Gates
 from dispatcher.worker.sender import EndpointWire
 
@@ -55,6 +59,95 @@ def test_paused_and_disabled_endpoints_get_nothing() -> None:
     g.paused_until = 0.0
     g.endpoint = replace(g.endpoint, enabled=False)
     assert g.budget(now) == 0
+
+
+# ------------------------------------------------------------ places and rows claimed ahead
+
+
+def _learned(g: Gate, latency_ms: float) -> Gate:
+    """The adaptive limit at its top with a learned healthy latency."""
+    g.adaptive = replace(g.adaptive, limit=float(g.max_share), baseline_ms=latency_ms,
+                         slow_start=False)  # fmt: skip
+    return g
+
+
+def test_rows_are_claimed_ahead_by_about_one_claim_cycle_of_answers() -> None:
+    now = time.monotonic()
+    assert _gate(max_in_flight=100).budget(now) == concurrency.INITIAL  # nothing learned yet
+    assert _learned(_gate(max_in_flight=100), 200.0).budget(now) == 100 + 25
+    assert _learned(_gate(max_in_flight=100), 500.0).budget(now) == 100 + 10
+    assert _learned(_gate(max_in_flight=100), 1.0).budget(now) == 100 + 100  # at most as many
+
+
+def test_no_rows_ahead_while_failing_ordered_or_rate_limited() -> None:
+    now = time.monotonic()
+    failing = _learned(_gate(max_in_flight=100), 200.0)
+    failing.breaker = replace(failing.breaker, consecutive_failures=1)
+    assert failing.budget(now) == 100
+    fifo = _learned(_gate(max_in_flight=100, ordering="fifo"), 200.0)
+    assert fifo.budget(now) == 100
+    rated = _learned(_gate(max_in_flight=100, rate_per_s=10_000.0), 200.0)
+    assert rated.ahead(100) == 0
+
+
+def _delivery(i: int) -> Delivery:
+    return Delivery(id=i, endpoint_id=1, event_id=f"e{i}", body=b"{}", attempt_count=0,
+                    max_attempts=3)  # fmt: skip
+
+
+async def test_places_bound_what_is_sent_and_pass_in_order() -> None:
+    g = _learned(_gate(max_in_flight=2), 200.0)
+    order: list[int] = []
+    release = asyncio.Event()
+
+    async def send(i: int) -> None:
+        async with g.admit(_delivery(i), lambda: False) as admitted:
+            assert admitted
+            order.append(i)
+            assert g.sending <= 2
+            await release.wait()
+
+    tasks = [asyncio.create_task(send(i)) for i in range(5)]
+    await asyncio.sleep(0.01)
+    assert order == [0, 1] and g.sending == 2 and len(g.waiting) == 3
+    release.set()
+    await asyncio.gather(*tasks)
+    assert order == [0, 1, 2, 3, 4] and g.sending == 0 and not g.waiting
+
+
+async def test_a_row_claimed_ahead_goes_back_when_no_place_frees() -> None:
+    g = _learned(_gate(max_in_flight=1), 200.0)
+    hold = asyncio.Event()
+
+    async def first() -> None:
+        async with g.admit(_delivery(1), lambda: False) as admitted:
+            assert admitted
+            await hold.wait()
+
+    t = asyncio.create_task(first())
+    await asyncio.sleep(0)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    async with g.admit(_delivery(2), lambda: False) as admitted:
+        assert not admitted  # handed back unspent after PLACE_WAIT_S
+    assert loop.time() - t0 >= gate_module.PLACE_WAIT_S * 0.9
+    assert g.sending == 1 and not g.waiting
+    hold.set()
+    await t
+    assert g.sending == 0
+
+
+async def test_a_waiting_row_cancelled_after_its_place_was_handed_over_gives_it_back() -> None:
+    g = _learned(_gate(max_in_flight=1), 200.0)
+    first = g.admit(_delivery(1), lambda: False)
+    assert await first.__aenter__()
+    waiter = asyncio.create_task(g.admit(_delivery(2), lambda: False).__aenter__())
+    await asyncio.sleep(0)
+    await first.__aexit__()  # hands the place to the waiter...
+    waiter.cancel()  # ...which is cancelled before it runs again
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiter
+    assert g.sending == 0 and not g.waiting
 
 
 # ------------------------------------------------------------ send order

@@ -13,9 +13,11 @@ from dispatcher.core.window import (
     CEILING,
     DECIDE_S,
     FLOOR,
+    GROW,
     INITIAL,
     LAG_BUSY_S,
     LAG_HIGH_S,
+    LAG_LOW_S,
     SAMPLE_S,
     Window,
     ceiling_for,
@@ -49,6 +51,32 @@ def test_starts_at_the_old_default_within_its_ceiling() -> None:
 def test_a_full_window_on_an_idle_loop_grows_to_the_ceiling() -> None:
     w = _run(initial(None, now=0.0), 0.001, None, 40)
     assert w.limit == CEILING and not w.saturated
+
+
+def _decide(w: Window, lag_s: float) -> Window:
+    """Samples a full window at this lag until the next decision."""
+    since, t = w.since, w.since
+    while w.since == since:
+        t += SAMPLE_S
+        w = sampled(w, lag_s, w.limit, t)
+    return w
+
+
+def test_a_ramping_window_doubles_until_the_loop_is_first_busy() -> None:
+    # Against slow receivers every interval below what they allow is lost
+    # rate: the window doubles while the loop keeps up...
+    w = _decide(initial(None, now=0.0, ceiling=100_000), 0.001)
+    assert w.limit == 2 * INITIAL + 1 and w.ramping
+    # ...and, once the loop has been busy, grows by GROW only.
+    w = _decide(w, (LAG_LOW_S + LAG_BUSY_S) / 2)
+    assert not w.ramping and w.limit == 2 * INITIAL + 1
+    w = _decide(w, 0.001)
+    assert w.limit == int((2 * INITIAL + 1) * GROW) + 1 and not w.ramping
+
+
+def test_a_shrink_ends_the_ramp() -> None:
+    w = _decide(initial(None, now=0.0), LAG_HIGH_S * 2)
+    assert w.limit < INITIAL and not w.ramping
 
 
 def test_a_window_that_is_not_full_does_not_grow() -> None:
