@@ -1,9 +1,10 @@
 """The benchmark harness's command line: `dispatcher bench [SCENARIO] [options]`
 or `python -m benchmarks …`.
 
-Scenarios (benchmarks/scenarios/, one module each): fast (the default),
-slow200, many, noisy, two, wake, faults, internet, fifo, filters, https,
-tenants, and `all`, which runs each in turn. They stand on shared modules, lowest first:
+Scenarios (benchmarks/scenarios/, one module each but slow.py): fast (the
+default), slow200, slow500, slowmix, many, noisy, two, wake, faults,
+internet, fifo, filters, https, tenants, and `all`, which runs each in turn.
+They stand on shared modules, lowest first:
 
     errors, output, payloads      values, formatting, what is sent
     processes, rawclient          child processes; the raw aiohttp ceiling
@@ -11,7 +12,7 @@ tenants, and `all`, which runs each in turn. They stand on shared modules, lowes
     tlsca                         a throwaway CA for https receivers
     meters                        CPU, pg_stat_database, machine facts
     bench, phases                 one scenario run; drain and raw phases
-    scenarios/*                   fast, slow200, many, noisy, two, wake, ...
+    scenarios/*                   fast, slow200/500/mix, many, noisy, two, ...
     harness (this module)         arguments, signals, output, exit status
 
 The exit status is 0 when the run is correct (nothing lost, no duplicates,
@@ -67,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-in-flight", type=int, default=None, help="run --max-in-flight (fast: 256)"
     )
     p.add_argument("--endpoint-max-in-flight", type=int, default=None, help="(fast: 256)")
-    p.add_argument("--endpoints", type=int, default=None, help="endpoints (slow200, many, noisy)")
+    p.add_argument("--endpoints", type=int, default=None, help="endpoints (slow*, many, noisy)")
     p.add_argument("--samples", type=int, default=None, help="wake: enqueues measured (200)")
     p.add_argument("--producers", type=int, default=None, help="producers: connections (16)")
     p.add_argument("--keys", type=int, default=None, help="fifo: ordering keys (1000)")
