@@ -8,9 +8,9 @@ PostgreSQL 14 and later do on a hot standby), then the real server; with
 standby is a few lines of the wire protocol below, not a second server:
 asyncpg, like libpq 14+, decides from the parameters the server reports at
 start-up (a server that reports neither is asked `pg_is_in_recovery()`),
-so those parameters are the whole of what it sees of a standby. A server
-merely running with default_transaction_read_only=on is passed over by
-`read-write` too (but not by `primary`).
+so those parameters are the whole of what it sees of a standby (a real
+standby, and a primary read-only by default, are in
+tests/integration/test_standby.py).
 
 A silent first host (accepts, never answers: a node powered off behind a
 load balancer, a partition) costs one `connect_timeout`, then the next
