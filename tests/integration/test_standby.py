@@ -63,8 +63,11 @@ def pair() -> Iterator[tuple[int, int]]:
     missing = [b for b in BINARIES if shutil.which(b) is None]
     if missing:
         pytest.skip(f"PostgreSQL binaries not on PATH: {', '.join(missing)}")
-    root = Path(tempfile.mkdtemp(prefix="dispatcher-standby-"))
-    if os.geteuid() == 0:
+    # As root, the servers run as postgres, who cannot enter the test run's
+    # own temporary folder (mode 0700): a folder of theirs under /tmp.
+    as_root = os.geteuid() == 0
+    root = Path(tempfile.mkdtemp(prefix="dispatcher-standby-", dir="/tmp" if as_root else None))
+    if as_root:
         shutil.chown(root, "postgres")
     primary, standby = root / "primary", root / "standby"
     ports = _free_port(), _free_port()
