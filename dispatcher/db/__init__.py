@@ -116,7 +116,9 @@ def _place(host: str) -> str:
 def _cannot_connect(url: str, exc: BaseException) -> OperationalError:
     if isinstance(exc, asyncpg.TargetServerAttributeNotMatched):
         wanted = parse_qs(urlsplit(url).query).get("target_session_attrs", ["?"])[-1]
-        why = f"no host is {wanted} (target_session_attrs): a failover under way, or no primary"
+        why = f"no host is {wanted} (target_session_attrs)"
+        if wanted in ("read-write", "primary"):
+            why += ": a failover under way, or no primary"
     else:
         why = one_line(exc)
     return OperationalError(f"cannot connect to the database at {where(url)}: {why}")
