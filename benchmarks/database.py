@@ -3,7 +3,9 @@ read back for results and pg_stat_database counters, dropped.
 
 The only benchmark module that talks SQL to the bench database or creates
 endpoints (with the dispatcher's own service call, as the CLI does); the
-only one importing the dispatcher's service, inputs and settings.
+only one importing the dispatcher's service, inputs and settings. It
+connects as the dispatcher does (dispatcher.db.connect_any), so a
+multi-host DATABASE_URL with connect_timeout works here as in the CLI.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
+from dispatcher.db import DATABASE_ERRORS, connect_any
 from dispatcher.ops import service, tenancy
 from dispatcher.ops.inputs import spec_from_fields
 from dispatcher.settings import Settings
@@ -78,8 +81,8 @@ def redact(url: str) -> str:
 async def create_database(admin_url: str, name: str) -> str:
     """Drops and creates database `name`; returns the server's version."""
     try:
-        conn = await asyncpg.connect(admin_url, timeout=10)
-    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        conn = await connect_any(admin_url, timeout=10)
+    except DATABASE_ERRORS as exc:
         raise BenchError(f"cannot connect to {redact(admin_url)}: {exc}") from None
     try:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -91,7 +94,7 @@ async def create_database(admin_url: str, name: str) -> str:
 
 
 async def drop_database(admin_url: str, name: str) -> None:
-    conn = await asyncpg.connect(admin_url, timeout=10)
+    conn = await connect_any(admin_url, timeout=10)
     try:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
@@ -101,7 +104,7 @@ async def drop_database(admin_url: str, name: str) -> None:
 async def db_counters(admin_url: str, name: str) -> dict[str, int] | None:
     """The bench database's cumulative pg_stat_database counters, read from
     another database so that reading them does not count."""
-    conn = await asyncpg.connect(admin_url, timeout=10)
+    conn = await connect_any(admin_url, timeout=10)
     try:
         row = await conn.fetchrow(
             f"SELECT {', '.join(DB_COUNTERS)} FROM pg_stat_database WHERE datname = $1", name
@@ -125,7 +128,7 @@ async def add_endpoints(
     box = Settings.from_env(dict(env)).secret_box()
     out = []
     apps = list(apps) or [None] * len(specs)
-    conn = await asyncpg.connect(url, timeout=10)
+    conn = await connect_any(url, timeout=10)
     try:
         async with conn.transaction():
             for new in dict.fromkeys(a for a in apps if a is not None):
@@ -141,7 +144,7 @@ async def add_endpoints(
 async def db_results(url: str, endpoint_ids: list[int] | None = None) -> dict[str, Any]:
     """Delivered rows, attempts, lag and HTTP percentiles of the given
     endpoints (all when None), and the status counts of every endpoint."""
-    conn = await asyncpg.connect(url, timeout=10)
+    conn = await connect_any(url, timeout=10)
     try:
         row = await conn.fetchrow(RESULT_SQL, endpoint_ids)
         http = await conn.fetchrow(HTTP_SQL, endpoint_ids)
@@ -177,7 +180,7 @@ async def bulk_queue(
     the producers' path), then analyzed; returns the seconds it took. Then a
     CHECKPOINT (when allowed), so that a phase does not pay for the WAL of
     the one before it."""
-    conn = await asyncpg.connect(url, timeout=10)
+    conn = await connect_any(url, timeout=10)
     try:
         t0 = time.perf_counter()
         await conn.execute(BULK_SQL, endpoint_ids, prefix, event_type, payload, events)
@@ -217,7 +220,7 @@ class Progress:
         self._conn: asyncpg.Connection | None = None
 
     async def __aenter__(self) -> Progress:
-        self._conn = await asyncpg.connect(self._url, timeout=10)
+        self._conn = await connect_any(self._url, timeout=10)
         return self
 
     async def __aexit__(self, *_: object) -> None:

@@ -173,7 +173,9 @@ class Variable:
 ENVIRONMENT: tuple[Variable, ...] = (
     Variable(
         "DATABASE_URL",
-        "PostgreSQL URL of the queue",
+        "PostgreSQL URL of the queue; may name every node of a cluster "
+        "(`postgresql://u@pg1,pg2/db?target_session_attrs=read-write`, see "
+        "[scaling](scaling.md#several-hosts-in-database_url))",
         "unset: an embedded PostgreSQL (pgserver) under `$DISPATCHER_HOME/pgdata`",
     ),
     Variable("DISPATCHER_HOME", "state folder of the embedded PostgreSQL", "`./.dispatcher`"),

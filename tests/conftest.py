@@ -125,7 +125,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 async def _admin(url: str, *sql: str) -> None:
-    conn = await asyncpg.connect(url)
+    conn = await db.connect_any(url, timeout=60)
     try:
         for s in sql:
             await conn.execute(s)
@@ -226,7 +226,7 @@ class Databases:
 
     async def snapshot(self) -> None:
         """What a reused database is put back to: the template as migrated."""
-        conn = await asyncpg.connect(with_database(self.server_url, self.template))
+        conn = await db.connect_any(with_database(self.server_url, self.template), timeout=60)
         try:
             self.schema = await conn.fetchval(_SCHEMA)
             self.tables = [
@@ -269,7 +269,7 @@ class Databases:
 
     async def _reset(self, name: str) -> bool:
         """Back to the template's rows; False when the schema was changed."""
-        admin = await asyncpg.connect(self.server_url)
+        admin = await db.connect_any(self.server_url, timeout=60)
         try:
             await admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
@@ -278,7 +278,7 @@ class Databases:
             )
         finally:
             await admin.close()
-        conn = await asyncpg.connect(with_database(self.server_url, name))
+        conn = await db.connect_any(with_database(self.server_url, name), timeout=60)
         try:
             if await conn.fetchval(_SCHEMA) != self.schema:
                 return False
@@ -317,7 +317,7 @@ def template_db(server_url: str) -> Iterator[str]:
 
     async def setup() -> None:
         await _admin(server_url, f"DROP DATABASE IF EXISTS {name}", f"CREATE DATABASE {name}")
-        conn = await asyncpg.connect(with_database(server_url, name))
+        conn = await db.connect_any(with_database(server_url, name), timeout=60)
         try:
             await db.migrate(conn)
         finally:
@@ -353,7 +353,7 @@ def empty_db_url(server_url: str) -> Iterator[str]:
 
 @pytest.fixture
 async def conn(db_url: str) -> AsyncIterator[asyncpg.Connection]:
-    c = await asyncpg.connect(db_url)
+    c = await db.connect_any(db_url, timeout=60)
     yield c
     await c.close()
 

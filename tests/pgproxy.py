@@ -12,9 +12,16 @@ import asyncio
 import contextlib
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
+from dispatcher.db import hosts
+
 
 def _upstream(url: str) -> tuple[str, int] | str:
     """(host, port) for TCP, or the Unix socket's path, as libpq reads the URL."""
+    if len(hosts.hosts(url)) > 1:
+        raise ValueError(
+            "PgProxy stands in front of one server: give the tests a DATABASE_URL "
+            f"with one host, not {hosts.hosts(url)}"
+        )
     parts = urlsplit(url)
     query = dict(parse_qsl(parts.query))
     netloc_host = unquote(parts.netloc.rpartition("@")[2])  # as written: not lower-cased

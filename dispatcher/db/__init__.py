@@ -18,6 +18,7 @@ import re
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
@@ -25,6 +26,7 @@ from asyncpg.pool import PoolConnectionProxy
 
 from dispatcher.core.errors import BadInput, OperationalError
 from dispatcher.core.shaping import compile_success_body
+from dispatcher.db import hosts
 from dispatcher.db.embedded import with_database
 
 # What every query function takes: a plain connection or one from a pool.
@@ -89,25 +91,37 @@ def one_line(exc: BaseException) -> str:
 
 
 def where(url: str) -> str:
-    """Where a URL points, for an error message: host:port or the socket,
+    """Where a URL points, for an error message: each host:port or socket,
     and the database; never the user's password."""
     parts = urlsplit(url)
     query = parse_qs(parts.query)
-    hosts = query.get("host", [""])[0] or parts.netloc.rpartition("@")[2]
-    port = query.get("port", [""])[0] or "5432"
     name = unquote(parts.path.lstrip("/")) or query.get("dbname", [""])[0]
-    if not hosts:
+    named = hosts.hosts(url)
+    if not named:
         place = "the default host (PGHOST, else the local socket or localhost)"
-    elif hosts.startswith("/"):
-        place = f"socket {hosts.rstrip('/')}/.s.PGSQL.{port}"
     else:
-        place = ",".join(h if h.rpartition(":")[0] and not h.endswith("]")
-                         else f"{h}:{port}" for h in unquote(hosts).split(","))  # fmt: skip
+        place = ",".join(_place(h) for h in named)
     return f"{place}, database {name}" if name else place
 
 
+def _place(host: str) -> str:
+    folder, colon, port = host.rpartition(":")
+    if not (colon and port.isdigit() and not host.endswith("]")):
+        folder, port = host, "5432"
+    if folder.startswith("/"):
+        return f"socket {folder.rstrip('/')}/.s.PGSQL.{port}"
+    return f"{folder}:{port}"
+
+
 def _cannot_connect(url: str, exc: BaseException) -> OperationalError:
-    return OperationalError(f"cannot connect to the database at {where(url)}: {one_line(exc)}")
+    if isinstance(exc, asyncpg.TargetServerAttributeNotMatched):
+        wanted = parse_qs(urlsplit(url).query).get("target_session_attrs", ["?"])[-1]
+        why = f"no host is {wanted} (target_session_attrs)"
+        if wanted in ("read-write", "primary"):
+            why += ": a failover under way, or no primary"
+    else:
+        why = one_line(exc)
+    return OperationalError(f"cannot connect to the database at {where(url)}: {why}")
 
 
 # TCP keepalives and a user timeout on every connection: a database gone
@@ -143,11 +157,51 @@ def keep_alive(conn: asyncpg.Connection) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
+# Per URL, the host of a multi-host URL that last gave a usable connection:
+# tried first next time, so that after a failover (or with the first host
+# gone silent) the new primary is found once, not behind a dead host's
+# timeout on every new connection. Only this module reads or writes it.
+_preferred: dict[str, int] = {}
+
+
+async def connect_any(
+    dsn: str | None = None, *, timeout: float = CONNECT_TIMEOUT_S, **kwargs: Any
+) -> asyncpg.Connection:
+    """asyncpg.connect, one host at a time (dispatcher.db.hosts): each host
+    with a timeout of its own (the URL's connect_timeout, else `timeout`).
+    The next host is tried when one does not answer, refuses, is starting
+    or stopping, or is not what target_session_attrs asks for; an error in
+    what was asked (a wrong password, no such database) stops there, as in
+    libpq. Also the pool's `connect` (it passes its own keyword arguments)."""
+    assert dsn is not None
+    target = hosts.target(dsn)
+    per_host = target.connect_timeout or timeout
+    if len(target.urls) == 1:
+        return await asyncpg.connect(target.urls[0], timeout=per_host, **kwargs)
+    first = _preferred.get(dsn, 0)
+    error: BaseException | None = None
+    for i in (first, *(i for i in range(len(target.urls)) if i != first)):
+        try:
+            conn: asyncpg.Connection = await asyncpg.connect(
+                target.urls[i], timeout=per_host, **kwargs
+            )
+        except TRANSIENT as exc:
+            # A host that answered but is not what was asked says more
+            # than one that did not answer: that one is reported.
+            if error is None or not isinstance(error, asyncpg.TargetServerAttributeNotMatched):
+                error = exc
+            continue
+        _preferred[dsn] = i
+        return conn
+    assert error is not None
+    raise error
+
+
 async def open_connection(
     url: str, *, command_timeout: float | None = None, timeout: float = CONNECT_TIMEOUT_S
 ) -> asyncpg.Connection:
     """A connection of its own (not pooled), keepalives set."""
-    conn = await asyncpg.connect(url, timeout=timeout, command_timeout=command_timeout)
+    conn = await connect_any(url, timeout=timeout, command_timeout=command_timeout)
     keep_alive(conn)
     return conn
 
@@ -199,6 +253,7 @@ async def create_pool(
     try:
         pool = await asyncpg.create_pool(
             url,
+            connect=connect_any,
             # No connection floor: asyncpg restores a floor in a task of its
             # own, outside our error handling; ours reconnect on demand.
             min_size=0,
