@@ -1,7 +1,7 @@
 """The wake-up switch (schema 016): how idle workers learn of new rows.
 
 Read by the worker's refresher and by the operators' commands, written by
-the latter; the enqueue functions obey it in SQL (dispatcher_wake_workers).
+the latter; the enqueue functions obey it in SQL (schema 016).
 Statements that queue rows outside those functions (the bulk COPY, ops
 events) call `wake_workers` so that `notify` mode misses none of them.
 """
