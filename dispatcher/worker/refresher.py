@@ -21,7 +21,8 @@ from dispatcher import log
 from dispatcher.core.breaker import BreakerState, probe_due
 from dispatcher.core.models import Stats, WakeMode
 from dispatcher.core.secretbox import SecretBox
-from dispatcher.db import acquire, store, wake
+from dispatcher.db import acquire, store
+from dispatcher.db import wake as wake_switch
 from dispatcher.settings import Settings
 from dispatcher.worker.connectivity import Connectivity
 from dispatcher.worker.gate import Gate, Gates
@@ -69,7 +70,7 @@ class Refresher:
                 in_flight=in_flight, outcomes_waiting=waiting,
             )  # fmt: skip
             db_now, states = await store.engine_endpoints(conn, self._box)
-            mode, _ = await wake.read(conn)
+            mode, _ = await wake_switch.read(conn)
         self._wake_mode(mode)
         self.workers = len(workers)
         self.ops_webhooks = frozenset(s.endpoint.id for s in states if s.ops)

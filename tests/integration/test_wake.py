@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import asyncpg
 import pytest
@@ -109,8 +110,7 @@ def _prober(e: Engine) -> Prober:
     return e._prober
 
 
-async def _until(check: object, timeout: float = 10.0) -> None:
-    assert callable(check)
+async def _until(check: Callable[[], object], timeout: float = 10.0) -> None:
     end = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < end, "condition not reached in time"
