@@ -206,7 +206,7 @@ async def run_wake(bench: Bench, opts: Options) -> dict[str, Any]:
         row("idle: PostgreSQL CPU s / s (its backends)",
             lambda f: fmt(f["idle"].get("postgres_cpu_per_s"), 4)),
         row("idle: DB transactions / s", lambda f: fmt(f["idle"].get("xacts_per_s"))),
-        row("PostgreSQL CPU s / 1,000 (measuring)",
+        row("PostgreSQL CPU s / 1,000 (its backends, measuring)",
             lambda f: fmt(f["postgres_cpu_s_per_1000"], 3)),
         row("DB transactions / 1,000 (measuring)", lambda f: fmt(f["db_xacts_per_1000"])),
         row("arrived", lambda f: f"{f['arrived']:,} of {samples:,} (lost {f['missing']})"),
@@ -254,7 +254,8 @@ def _mode_figures(
         lat_before.append((arrivals[eid] - t_before) * 1000)
     m_meter = meters.get(mode)
     counters = m_meter["db_counters"] if m_meter else None
-    pg_cpu = m_meter["postgres_cpu_s"] if m_meter else None
+    # The bench database's backends: the server may be serving others too.
+    pg_cpu = m_meter["postgres_bench_db_cpu_s"] if m_meter else None
     return {
         "arrived": len(lat),
         "missing": missing,
