@@ -308,7 +308,39 @@ def configuration_page() -> str:
         "edit that table, not this page. -->\n\n"
         "Every process reads these environment variables when it starts; a bad value "
         "is one line on stderr and exit 2. Per-endpoint settings are fields of the "
-        "endpoint, not variables: see [Endpoints](../guide/endpoints.md).\n\n" + markdown_table()
+        "endpoint, not variables: see [Endpoints](../guide/endpoints.md).\n\n"
+        + markdown_table()
+        + _database_settings()
+    )
+
+
+# Settings every process and producer must agree on live in the database,
+# not in each process's environment: (setting, command, meaning, default).
+IN_DATABASE = (
+    (
+        "wake-up",
+        "`dispatcher wake [notify|probe] [--json]`, or `GET`/`PUT /v1/settings/wake` (admin)",
+        "how idle workers learn of new rows. `probe`: producers commit without NOTIFY and "
+        "each idle worker queries for new rows 100 times a second. `notify`: each enqueue "
+        "call that queues rows due now sends one NOTIFY, and idle workers run no query; "
+        "producers' commits then take PostgreSQL's notify lock one at a time. Without a "
+        'mode the command prints it (`{"wake", "updated_at"}` with `--json`); a change '
+        "reaches running workers within milliseconds and producers at their next call. "
+        "Which to pick: [scaling](scaling.md#notify-or-probe-which-to-pick)",
+        "`probe`",
+    ),
+)
+
+
+def _database_settings() -> str:
+    lines = ["| setting | command | meaning | default |", "| --- | --- | --- | --- |"]
+    for cells in IN_DATABASE:
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return (
+        "\n## Held in the database\n\n"
+        "One value for the whole deployment, read by every worker and by the SQL\n"
+        "enqueue functions, so it is set once with a command rather than in each\n"
+        "process's environment:\n\n" + "\n".join(lines) + "\n"
     )
 
 

@@ -28,6 +28,7 @@ from dispatcher.cli.opswebhooks import add_ops_webhook_commands
 from dispatcher.cli.postbacks import add_endpoint_flags, add_enqueue_flags, add_postback_commands
 from dispatcher.cli.postbacks import schedule as enqueue_schedule
 from dispatcher.cli.run import cmd_bench, cmd_demo, cmd_run, cmd_serve
+from dispatcher.cli.wake import add_wake_command
 from dispatcher.core.errors import BadInput, DispatcherError
 from dispatcher.core.models import EndpointSpec
 from dispatcher.db.embedded import resolve_database_url
@@ -455,6 +456,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_app_commands(cmd, group)
     add_event_type_commands(cmd, group)
     add_ops_webhook_commands(cmd, group)
+
+    add_wake_command(cmd)
 
     dbs = group("db", "the embedded PostgreSQL (used when DATABASE_URL is unset)")
     cmd("status", cmd_db_status, dbs, help="embedded or not, running or not, its URL and data")

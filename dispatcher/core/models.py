@@ -22,6 +22,13 @@ class Status(enum.StrEnum):
     CANCELLED = "cancelled"  # ended by event cancel: never sent
 
 
+class WakeMode(enum.StrEnum):
+    """How idle workers learn of new rows (schema 016; one value per database)."""
+
+    PROBE = "probe"  # each idle worker probes every 10 ms; producers never NOTIFY
+    NOTIFY = "notify"  # the enqueue functions NOTIFY; idle workers run no query
+
+
 class Verdict(enum.Enum):
     """How one HTTP attempt ended, before retry policy is applied."""
 

@@ -34,7 +34,7 @@ from dispatcher.core.rows import (
     TimelinePoint,
 )
 from dispatcher.core.secretbox import PREFIX, SecretBox, seal
-from dispatcher.db import Conn, Q, applications, latency, one_line
+from dispatcher.db import Conn, Q, applications, latency, one_line, wake
 from dispatcher.db.columns import Headers, seal_headers, settings_from_row
 
 R = TypeVar("R")
@@ -323,6 +323,8 @@ async def enqueue_bulk(conn: Conn, events: Iterable[StagedEvent]) -> int:
             created: int = await conn.fetchval(Q["fan_out_staged"])
         except asyncpg.InvalidTextRepresentationError as exc:
             raise BadInput(f"invalid JSON payload: {one_line(exc)}") from None
+        if created:
+            await wake.wake_workers(conn)
     return created
 
 

@@ -18,7 +18,7 @@ from dispatcher.core.errors import BadInput, NotFound
 from dispatcher.core.opsevents import OpsEvent
 from dispatcher.core.rows import OpsWebhook
 from dispatcher.core.secretbox import SecretBox, seal
-from dispatcher.db import Conn, Q
+from dispatcher.db import Conn, Q, wake
 
 OPERATOR, APP = "operator", "app"
 
@@ -106,4 +106,6 @@ async def emit(conn: Conn, events: Sequence[OpsEvent]) -> int:
         [e.delivery_id for e in events],
         [None if e.extra is None else orjson.dumps(e.extra).decode() for e in events],
     )
+    if n:
+        await wake.wake_workers(conn)
     return n

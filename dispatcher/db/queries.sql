@@ -423,6 +423,20 @@ SELECT (SELECT max(id) FROM batch) AS last_id,
 -- name: notify_due
 SELECT pg_notify('dispatcher_due', '');
 
+-- name: wake_mode
+-- The wake-up switch (schema 016); no row reads as the default.
+SELECT coalesce(s.wake, 'probe') AS wake, s.updated_at
+FROM (SELECT 1) AS one LEFT JOIN dispatcher_settings s ON true;
+
+-- name: set_wake_mode
+INSERT INTO dispatcher_settings (wake) VALUES ($1)
+ON CONFLICT (one_row) DO UPDATE SET wake = excluded.wake, updated_at = now()
+RETURNING wake, updated_at;
+
+-- name: wake_workers
+-- NOTIFY dispatcher_due if the switch says `notify` (schema 016).
+SELECT dispatcher_wake_workers();
+
 -- name: deliveries_for_event
 SELECT id, endpoint_id, event_id, event_type, status, attempt_count, max_attempts,
        created_at, next_attempt_at, delivered_at, last_error, last_status_code,

@@ -26,7 +26,7 @@ from aiohttp import web
 from dispatcher import db
 from dispatcher.core.errors import BadInput, Forbidden
 from dispatcher.metrics import CONTENT_TYPE, Metrics
-from dispatcher.ops import eventtypes, opswebhooks, reports, service, tenancy
+from dispatcher.ops import eventtypes, opswebhooks, reports, service, tenancy, wake
 from dispatcher.ops.inputs import spec_from_fields
 from dispatcher.settings import Settings
 from dispatcher.web import browse, idempotency, pages, portal, postbacks, security, svix
@@ -460,6 +460,17 @@ async def alerts(request: web.Request) -> web.Response:
     return _json(doc)
 
 
+async def wake_get(request: web.Request) -> web.Response:
+    async with _conn(request) as conn:
+        return _json(await wake.wake_mode(conn))
+
+
+async def wake_put(request: web.Request) -> web.Response:
+    body = await read_object(request, ("wake",))
+    async with _conn(request) as conn:
+        return _json(await wake.set_wake_mode(conn, body.get("wake")))
+
+
 # ---------------------------------------------------------------- the routes
 
 OPEN, ADMIN, APP = Access.OPEN, Access.ADMIN, Access.APP
@@ -552,6 +563,10 @@ ROUTES: tuple[Route, ...] = (
           alerts,                  oas.ALERTS),
     Route("GET",    "/v1/timeline",                         ADMIN,
           timeline,                oas.TIMELINE),
+    Route("GET",    "/v1/settings/wake",                    ADMIN,
+          wake_get,                oas.WAKE_GET),
+    Route("PUT",    "/v1/settings/wake",                    ADMIN,
+          wake_put,                oas.WAKE_PUT),
     Route("GET",    "/v1/applications",                     ADMIN,
           applications_list,       oas.APPLICATIONS_LIST),
     Route("POST",   "/v1/applications",                     ADMIN,

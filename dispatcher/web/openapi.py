@@ -420,6 +420,18 @@ TIMELINE = {
     "responses": _ok({"type": "object"})}
 ALERTS = {"summary": "The three alert conditions", "responses": _ok({"type": "object"})}
 
+# -- the wake-up switch (schema 016)
+_WAKE = {"type": "object", "properties": {
+    "wake": {"type": "string", "enum": ["probe", "notify"]}, "updated_at": _TS}}
+WAKE_GET = {"summary": "How idle workers learn of new rows: probe or notify (admin)",
+            "responses": _ok(_WAKE)}
+WAKE_PUT = {
+    "summary": "Set the wake-up switch; running workers follow at once (admin)",
+    "requestBody": _body({"type": "object", "properties": {
+        "wake": {"type": "string", "enum": ["probe", "notify"]}},
+        "required": ["wake"], "additionalProperties": False}),
+    "responses": _ok(_WAKE)}
+
 # -- applications
 APPLICATIONS_LIST = {"summary": "Applications with endpoint counts and queue depth (admin)",
                      "responses": _ok({"type": "array", "items": _ref("Application")})}

@@ -1,9 +1,10 @@
 """The engine: owns the event loop's flow for one worker process.
 
-wait (probe | NOTIFY | poll | freed slots | stop) → claim a batch sized to what each
-endpoint can start → slots run the rows (gate → sign → POST) → outcomes to the
-recorder, which writes them in batches. No transaction is open while a
-request is in flight; claims continue while earlier rows are still being sent.
+wait (probe or NOTIFY, as the database's switch says | poll | freed slots |
+stop) → claim a batch sized to what each endpoint can start → slots run the
+rows (gate → sign → POST) → outcomes to the recorder, which writes them in
+batches. No transaction is open while a request is in flight; claims
+continue while earlier rows are still being sent.
 
 It decides no policy itself: retry timing comes from retry.py, claim
 budgets from planner.py, breaker transitions from breaker.py (through the
@@ -46,7 +47,7 @@ from dispatcher.worker.connectivity import Connectivity
 from dispatcher.worker.gate import Gate, Gates
 from dispatcher.worker.listener import Listener
 from dispatcher.worker.maintenance import Maintenance
-from dispatcher.worker.prober import Prober
+from dispatcher.worker.prober import TICK_S, Prober
 from dispatcher.worker.recorder import Recorder
 from dispatcher.worker.refresher import Refresher
 from dispatcher.worker.sender import Sender
@@ -117,6 +118,7 @@ class Engine:
         self._listener: Listener | None = None
         self._recorder: Recorder | None = None
         self._refresher: Refresher | None = None
+        self._prober: Prober | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -189,9 +191,14 @@ class Engine:
                                       metrics=self.metrics, connectivity=db,
                                       on_written=self._gates.results_written,
                                       ops_webhooks=self._ops_webhooks)  # fmt: skip
+            # Producers NOTIFY or not by the database's switch (schema 016):
+            # the prober finds new rows in probe mode and parks in notify mode.
+            prober = self._prober = Prober(self.url, self._wake, db,
+                                           busy=lambda: self._last_got > 0)  # fmt: skip
             self._refresher = Refresher(pool, self._gates, worker=self.worker, settings=s,
                                         box=s.secret_box(), connectivity=db,
-                                        wake=self._wake, holding=self._holding)  # fmt: skip
+                                        wake=self._wake, holding=self._holding,
+                                        wake_mode=prober.set_mode)  # fmt: skip
             maintenance = Maintenance(pool, settings=s, connectivity=db, url=self.url)
             await self.sender.start()
             self._listener = Listener(self.url, self._wake, db, self._refresher.changed)
@@ -202,14 +209,12 @@ class Engine:
             self._supervise("listener", self._listener.run())
             assert self.sender.sweeper is not None  # started with the sender
             self._supervise("deadlines", self.sender.sweeper)
-            # Producers do not NOTIFY (schema 005): new rows are found by probing.
-            prober = Prober(self.url, self._wake, db, busy=lambda: self._last_got > 0)
             self._supervise("prober", prober.run())
             self._supervise("flusher", self._recorder.run())
             self._supervise("refresher", self._refresher.run())
             self._supervise("maintenance", maintenance.run())
             self._supervise("window", self._pace())
-            log.event("engine_started", worker=self.worker, drain=drain)
+            log.event("engine_started", worker=self.worker, drain=drain, wake=prober.mode.value)
             await self._loop()
         finally:
             await self._wind_down()
@@ -261,7 +266,13 @@ class Engine:
             if self.metrics is not None:
                 self.metrics.in_flight.set(self._inflight)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), poll)
+                await asyncio.wait_for(self._wake.wait(), self._wait_s(poll))
+
+    def _wait_s(self, poll: float) -> float:
+        """The poll; while busy with the prober parked (notify mode), its
+        tick: the claim is the probe, as the prober's busy tick makes it."""
+        parked = self._prober is not None and self._prober.parked
+        return TICK_S if parked and self._last_got > 0 else poll
 
     async def _pace(self) -> None:
         """Samples the loop's lag and resizes the window (window.py); room

@@ -17,6 +17,11 @@ commit like any INSERT, and each worker asks instead:
   commits within a second of its INSERT. A longer one is claimed by the
   engine's poll (poll_interval_s), as retries and expired leases are.
 
+In `notify` mode (the database's wake-up switch, schema 016) producers'
+enqueues NOTIFY and the listener wakes the engine: the prober parks, runs
+no query and holds no connection until the switch says `probe` again (the
+engine then keeps the busy tick itself, as a timeout of its wait).
+
 It never claims or decides anything itself: it only sets the engine's wake
 event. It keeps a connection of its own (a pooled one would cost more per
 probe in the acquire than in the query) and opens a new one after a
@@ -32,6 +37,8 @@ from collections.abc import Callable
 
 import asyncpg
 
+from dispatcher import log
+from dispatcher.core.models import WakeMode
 from dispatcher.db import DATABASE_ERRORS, open_connection, store
 from dispatcher.worker.connectivity import Connectivity
 
@@ -72,6 +79,26 @@ class Prober:
         self._mark = -1  # the watermark; -1 until the first look
         self._base: tuple[int, int] | None = None  # (mark, rows above it) at the last probe
         self.probes = 0
+        self.mode = WakeMode.PROBE
+        self._probing = asyncio.Event()  # set in probe mode; notify mode parks on it
+        self._probing.set()
+
+    def set_mode(self, mode: WakeMode) -> None:
+        """The switch as the refresher last read it; a change is said once."""
+        if mode is self.mode:
+            return
+        log.event("wake_mode", mode=mode.value, was=self.mode.value)
+        self.mode = mode
+        if mode is WakeMode.PROBE:
+            self._probing.set()
+        else:
+            self._probing.clear()
+        self._wake.set()  # rows may have come while neither way was watching
+
+    @property
+    def parked(self) -> bool:
+        """True while it runs no query (notify mode)."""
+        return not self._probing.is_set()
 
     def _note(self, now: float, top: int) -> None:
         if not self._tops or now - self._tops[-1][0] >= NOTE_S or top != self._tops[-1][1]:
@@ -112,9 +139,18 @@ class Prober:
             self._base = (mark, n)
             self._wake.set()
 
+    async def _park(self) -> None:
+        """Notify mode: no connection, no query, no timer until probe mode."""
+        self._drop()
+        self._tops.clear()
+        self._mark, self._base = -1, None  # learnt afresh when probing resumes
+        await self._probing.wait()
+
     async def run(self) -> None:
         try:
             while True:
+                if self.parked:
+                    await self._park()
                 await asyncio.sleep(self._tick_s)
                 started = self._db.now()
                 try:

@@ -2,7 +2,8 @@
 
 Every `endpoint_refresh_s`: a heartbeat (live workers share each endpoint's
 limits), every endpoint with its stored breaker, probe owner, p95 and pause,
-applied to the gates; then, for each open breaker whose cooldown ran out,
+applied to the gates, and the wake-up switch (schema 016), told to its
+owner; then, for each open breaker whose cooldown ran out,
 an attempt at the half-open probe (the store lets exactly one worker win).
 """
 
@@ -18,9 +19,10 @@ import asyncpg
 
 from dispatcher import log
 from dispatcher.core.breaker import BreakerState, probe_due
-from dispatcher.core.models import Stats
+from dispatcher.core.models import Stats, WakeMode
 from dispatcher.core.secretbox import SecretBox
 from dispatcher.db import acquire, store
+from dispatcher.db import wake as wake_switch
 from dispatcher.settings import Settings
 from dispatcher.worker.connectivity import Connectivity
 from dispatcher.worker.gate import Gate, Gates
@@ -38,6 +40,7 @@ class Refresher:
         connectivity: Connectivity,
         wake: asyncio.Event,
         holding: Callable[[], tuple[int, int]] = lambda: (0, 0),
+        wake_mode: Callable[[WakeMode], None] = lambda _: None,
     ) -> None:
         self._pool = pool
         self._gates = gates
@@ -48,6 +51,7 @@ class Refresher:
         self.stats = Stats()  # the probes this refresher won
         self._wake = wake
         self._holding = holding  # (rows in flight, outcomes not yet written)
+        self._wake_mode = wake_mode  # told the switch at each refresh (schema 016)
         self.workers = 1  # live workers sharing each endpoint's limits
         self.clock_offset = 0.0  # the database's clock minus ours, for breaker decisions
         self.ops_webhooks: frozenset[int] = frozenset()  # their ids, for the recorder
@@ -66,6 +70,8 @@ class Refresher:
                 in_flight=in_flight, outcomes_waiting=waiting,
             )  # fmt: skip
             db_now, states = await store.engine_endpoints(conn, self._box)
+            mode, _ = await wake_switch.read(conn)
+        self._wake_mode(mode)
         self.workers = len(workers)
         self.ops_webhooks = frozenset(s.endpoint.id for s in states if s.ops)
         if states:

@@ -102,6 +102,8 @@ MATRIX: dict[str, tuple[int | None, ...]] = {
     "DELETE /v1/ops-webhooks/{ops}":              (200, 404,  403,  200,  401, 401, 403,  200),
     # admin only
     "GET /metrics":                               (X,   X,    X,    200,  401, 401, X,    X),
+    "GET /v1/settings/wake":                      (X,   X,    X,    200,  401, 401, X,    X),
+    "PUT /v1/settings/wake":                      (X,   X,    X,    200,  401, 401, X,    X),
     "GET /v1/applications":                       (X,   X,    X,    200,  401, 401, X,    X),
     "POST /v1/applications":                      (X,   X,    X,    201,  401, 401, X,    X),
     "PATCH /v1/applications/{app}":               (X,   X,    X,    200,  401, 401, X,    X),
@@ -213,6 +215,7 @@ BODIES: dict[str, Any] = {
     "POST /v1/dead-letters/replay endpoint": {"endpoint_id": "{ep}"},
     "POST /v1/ops-webhooks": {"url": "https://acme.example/ops-new", "app": "{app}"},
     "PATCH /v1/ops-webhooks/{ops}": {"description": "patched"},
+    "PUT /v1/settings/wake": {"wake": "probe"},
     "POST /v1/applications": {"id": "{fresh}"},
     "PATCH /v1/applications/{app}": {"max_endpoints": 1_000_000},
     "POST /v1/applications/{app}/tokens": {"ttl_s": 60},
