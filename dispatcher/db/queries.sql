@@ -42,10 +42,15 @@ RETURNING w.id, w.endpoint_id, w.event_id, w.payload::text AS payload,
 -- name: record_outcomes
 -- Every outcome of a flush in one statement: the queue rows, and a latency
 -- sample for each attempt that reached the wire (or timed out on it).
+-- A row takes its outcome while this worker holds it; or, when the server
+-- lost the claim (a failover, a crash: the row is back to pending or
+-- failed) or another worker handed it back unsent after the lease ran
+-- out, while no attempt was recorded since the one this outcome is for
+-- ($10, the attempt count at the claim) and no one holds it.
 WITH o AS (
     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::bool[],
-                         $6::int[], $7::int[], $8::text[])
-        AS o(id, endpoint_id, status, delay_s, spent, status_code, response_ms, error)
+                         $6::int[], $7::int[], $8::text[], $10::int[])
+        AS o(id, endpoint_id, status, delay_s, spent, status_code, response_ms, error, attempt)
 ), upd AS (
     UPDATE webhook_queue w
     SET status = CASE WHEN o.status = 'pending' AND w.attempt_count > 0 THEN 'failed'
@@ -62,7 +67,9 @@ WITH o AS (
         locked_by = NULL,
         updated_at = now()
     FROM o
-    WHERE w.id = o.id AND w.status = 'in_flight' AND w.locked_by = $9
+    WHERE w.id = o.id
+      AND ((w.status = 'in_flight' AND w.locked_by = $9)
+           OR (w.status IN ('pending', 'failed') AND w.attempt_count = o.attempt))
     RETURNING CASE WHEN o.status = 'delivered'
                    THEN extract(epoch FROM now() - w.created_at)::float8 END AS lag_s
 ), lat AS (

@@ -176,7 +176,7 @@ def _outcome_columns(outcomes: Sequence[Outcome]) -> list[list[object]]:
 async def record_outcomes(conn: Conn, outcomes: Sequence[Outcome], worker: str) -> list[float]:
     """Persists outcomes; returns the end-to-end lag (s) of each row delivered."""
     lags: list[float] = await conn.fetchval(
-        Q["record_outcomes"], *_outcome_columns(outcomes), worker
+        Q["record_outcomes"], *_outcome_columns(outcomes), worker, [o.attempt for o in outcomes]
     )
     return lags
 
