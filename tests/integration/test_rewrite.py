@@ -129,3 +129,29 @@ async def test_the_rewriter_writes_again_once_per_server(
     assert await conn.fetchval("SELECT enabled FROM endpoints WHERE id = 1") is False
     await rewriter.connected(conn)
     assert rewriter.rewritten == 1
+
+
+async def test_an_outcome_applies_to_a_row_whose_claim_was_lost(
+    conn: asyncpg.Connection,
+) -> None:
+    """record_outcomes after a failover that lost the claim as well: the
+    row is pending again, no attempt recorded since; it takes the outcome.
+    Rows another worker holds, or attempted since, do not."""
+    ids = await _setup(conn)
+    outcomes = [
+        _out(ids["a"], Status.DELIVERED, 0),  # pending: the claim was lost
+        _out(ids["b"], Status.DELIVERED, 0),  # still held by me
+        _out(ids["d"], Status.DELIVERED, 0),  # failed at attempt 0 already: newer
+        _out(ids["e"], Status.DELIVERED, 0),  # another worker holds it
+        _out(ids["f"], Status.DELIVERED, -1),  # the attempt unknown
+    ]
+    await store.record_outcomes(conn, outcomes, ME)
+    rows = await _rows(conn)
+    assert {e: (r["status"], r["attempt_count"]) for e, r in rows.items()} == {
+        "a": ("delivered", 1),
+        "b": ("delivered", 1),
+        "c": ("delivered", 0),
+        "d": ("failed", 1),
+        "e": ("in_flight", 0),
+        "f": ("pending", 0),
+    }
