@@ -24,6 +24,7 @@ from dispatcher.db import MAINTENANCE_LOCK, Conn, Q, latency, opswebhooks
 from dispatcher.db.columns import settings_from_row, unseal_headers
 
 VACUUM_LOCK = MAINTENANCE_LOCK + 1
+REWRITE_TIMEOUT_S = 60.0
 
 # ---------------------------------------------------------------- endpoints
 
@@ -198,6 +199,9 @@ async def rewrite_outcomes(conn: Conn, rewrites: Sequence[Rewrite], worker: str)
         [o.attempt for o in outcomes],
         [r.ago_s for r in rewrites],
         worker,
+        # Up to core.failover.KEEP_MAX rows at once, once per failover: more
+        # than the pool's 5 s for a hot-path statement.
+        timeout=REWRITE_TIMEOUT_S,
     )
     return {r["id"]: r["before"] for r in rows}
 

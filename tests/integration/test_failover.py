@@ -101,7 +101,9 @@ async def test_a_failover_to_a_lagging_standby_resends_at_most_what_was_in_fligh
         # acknowledges now are the writes it will lack.
         assert cluster.proxy is not None
         cluster.proxy.silent = True
-        await asyncio.sleep(2.0)
+        # Many more outcomes than can be in flight, acknowledged meanwhile.
+        await until_received(receiver, len(receiver.received) + 1000, timeout=60)
+        await asyncio.sleep(0.2)
         os.kill(proc.pid, signal.SIGSTOP)
         in_flight = await _count(cluster.primary_url, IN_FLIGHT)
         delivered_before = await _count(cluster.primary_url, DELIVERED)
