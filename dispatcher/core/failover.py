@@ -16,7 +16,7 @@ Pure: no I/O, no clock (the caller passes monotonic times), no asyncio.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from dispatcher.core.models import RANGES, Outcome, Status
@@ -62,12 +62,17 @@ def kept(outcomes: Iterable[Outcome]) -> tuple[Outcome, ...]:
 
 
 def expired(
-    written: Sequence[Written], *, now: float, keep_s: float, keep_max: int = KEEP_MAX
+    written: Iterable[Written],
+    *,
+    total: int,
+    now: float,
+    keep_s: float,
+    keep_max: int = KEEP_MAX,
 ) -> int:
-    """How many of the oldest flushes (`written`, oldest first) to forget:
-    those older than `keep_s`, and as many more as it takes to hold at most
-    `keep_max` outcomes."""
-    total = sum(len(w.outcomes) for w in written)
+    """How many of the oldest flushes (`written`, oldest first, `total`
+    outcomes in all) to forget: those older than `keep_s`, and as many
+    more as it takes to hold at most `keep_max` outcomes. It looks at no
+    more of them than it forgets, plus one: it runs after every flush."""
     n = 0
     for w in written:
         if now - w.at <= keep_s and total <= keep_max:

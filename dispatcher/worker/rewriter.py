@@ -49,6 +49,7 @@ class Rewriter:
         self._ops_webhooks = ops_webhooks
         self._clock = clock
         self._written: deque[failover.Written] = deque()
+        self._total = 0  # outcomes in _written
         self._lock = asyncio.Lock()
         # The server the last new connection reached: what the recorder's
         # flushes are tagged with. Connections opened earlier go to it too
@@ -58,7 +59,7 @@ class Rewriter:
 
     @property
     def kept(self) -> int:
-        return sum(len(w.outcomes) for w in self._written)
+        return self._total
 
     def wrote(self, outcomes: list[Outcome]) -> None:
         """A flush committed these outcomes (on `server`)."""
@@ -66,10 +67,11 @@ class Rewriter:
         batch = failover.kept(outcomes)
         if batch:
             self._written.append(failover.Written(self.server, now, batch))
-        drop = failover.expired(self._written, now=now, keep_s=self._keep_s,
-                                keep_max=self._keep_max)  # fmt: skip
+            self._total += len(batch)
+        drop = failover.expired(self._written, total=self._total, now=now,
+                                keep_s=self._keep_s, keep_max=self._keep_max)  # fmt: skip
         for _ in range(drop):
-            self._written.popleft()
+            self._total -= len(self._written.popleft().outcomes)
 
     async def connected(self, conn: Conn) -> None:
         """A new pooled connection: on a server other than the one that

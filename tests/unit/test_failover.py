@@ -56,14 +56,17 @@ def test_expired(
     ats: list[float], sizes: list[int], now: float, keep_s: float, keep_max: int, dropped: int
 ) -> None:
     written = [_w(a, n) for a, n in zip(ats, sizes, strict=True)]
-    assert failover.expired(written, now=now, keep_s=keep_s, keep_max=keep_max) == dropped
+    total = sum(sizes)
+    got = failover.expired(written, total=total, now=now, keep_s=keep_s, keep_max=keep_max)
+    assert got == dropped
 
 
 @given(st.lists(st.tuples(st.floats(0, 100), st.integers(1, 50)), max_size=20),
        st.integers(1, 200))  # fmt: skip
 def test_expired_keeps_at_most_keep_max(batches: list[tuple[float, int]], keep_max: int) -> None:
     written = [_w(a, n) for a, n in sorted(batches)]
-    n = failover.expired(written, now=100.0, keep_s=1e9, keep_max=keep_max)
+    total = sum(n for _, n in batches)
+    n = failover.expired(written, total=total, now=100.0, keep_s=1e9, keep_max=keep_max)
     rest = written[n:]
     assert sum(len(w.outcomes) for w in rest) <= keep_max
     # No more than needed: one more batch would be over the bound.
@@ -92,3 +95,17 @@ def test_applied_is_each_changed_rows_last_outcome() -> None:
     # Row 2 held a newer attempt than the outcome's: not changed by it.
     got = failover.applied(rewrites, {1: 0, 2: 4})
     assert got == [out(1, Status.DEAD_LETTER, attempt=1)]
+
+
+def test_the_rewriter_keeps_a_bounded_window() -> None:
+    from dispatcher.worker.rewriter import Rewriter
+
+    now = [0.0]
+    r = Rewriter(worker="w", keep_s=10.0, keep_max=250, clock=lambda: now[0])
+    for t in range(20):
+        now[0] = float(t)
+        r.wrote([out(t * 100 + i) for i in range(100)] + [out(-1, Status.PENDING, spent=False)])
+    assert r.kept == 200  # the count bound: the two newest flushes
+    now[0] = 40.0
+    r.wrote([out(1)])
+    assert r.kept == 1  # the time bound: the older flushes are gone
