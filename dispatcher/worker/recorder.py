@@ -10,7 +10,9 @@ webhooks, what the flush caused (core.opsevents.of_flush) is queued to them
 by one more statement in the same transaction; without any, nothing is.
 
 It decides nothing about gates: it hands the breakers it stored to
-`on_written`, and the engine's gates take them from there.
+`on_written`, and the engine's gates take them from there. Each written
+batch also goes to the rewriter (worker/rewriter.py), which keeps it a
+while, to write it again on a server that took over without it.
 
 An outcome is never dropped: a failed write keeps the batch for the next
 try. The buffer is bounded by the worker's window (rows in flight), since nothing new
