@@ -172,17 +172,21 @@ class Outcome(NamedTuple):
     error: str | None = None
     disable_endpoint: bool = False
     pause_s: float | None = None  # Retry-After: pause the whole endpoint this long
+    # The row's attempt count when it was claimed (-1: unknown): after a
+    # failover, tells this outcome from a newer attempt (core.failover).
+    attempt: int = -1
 
     @classmethod
     def unsendable(cls, d: Delivery, error: str) -> Outcome:
         """Dead-lettered without an attempt: nothing it could be sent to, or
         a payload the endpoint's shape cannot use."""
-        return cls(d.id, d.endpoint_id, Status.DEAD_LETTER, 0.0, False, error=error[:300])
+        return cls(d.id, d.endpoint_id, Status.DEAD_LETTER, 0.0, False, error=error[:300],
+                   attempt=d.attempt_count)  # fmt: skip
 
     @classmethod
     def handed_back(cls, d: Delivery, delay_s: float = 0.0) -> Outcome:
         """A claimed row handed back unsent: no attempt spent."""
-        return cls(d.id, d.endpoint_id, Status.PENDING, delay_s, False)
+        return cls(d.id, d.endpoint_id, Status.PENDING, delay_s, False, attempt=d.attempt_count)
 
     @classmethod
     def attempted(cls, d: Delivery, r: AttemptResult, status: Status, delay_s: float) -> Outcome:
@@ -190,7 +194,8 @@ class Outcome(NamedTuple):
         attempt saw (a 410 disables the endpoint; a 429/503's Retry-After
         pauses it)."""
         return cls(d.id, d.endpoint_id, status, delay_s, True, r.status_code, r.response_ms,
-                   r.error, r.gone, r.retry_after_s if r.overloaded else None)  # fmt: skip
+                   r.error, r.gone, r.retry_after_s if r.overloaded else None,
+                   d.attempt_count)  # fmt: skip
 
 
 # The range of every numeric setting (SPEC "Limits"): checked where values

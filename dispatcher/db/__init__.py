@@ -241,6 +241,9 @@ async def _new_connection(conn: asyncpg.Connection) -> None:
     keep_alive(conn)
 
 
+OnConnect = Callable[[Conn], Awaitable[None]]
+
+
 async def create_pool(
     url: str,
     *,
@@ -248,8 +251,17 @@ async def create_pool(
     synchronous_commit: bool = True,
     command_timeout: float | None = None,
     connect_timeout: float = 10.0,
+    on_connect: OnConnect | None = None,
 ) -> asyncpg.Pool:
+    """`on_connect`: awaited on each new connection before the pool hands it
+    out (the worker's rewrite after a failover, worker/rewriter.py)."""
     settings = {} if synchronous_commit else {"synchronous_commit": "off"}
+
+    async def init(conn: asyncpg.Connection) -> None:
+        await _new_connection(conn)
+        if on_connect is not None:
+            await on_connect(conn)
+
     try:
         pool = await asyncpg.create_pool(
             url,
@@ -259,7 +271,7 @@ async def create_pool(
             min_size=0,
             max_size=size,
             timeout=connect_timeout,
-            init=_new_connection,
+            init=init,
             reset=_keep_session,
             server_settings=settings,
             command_timeout=command_timeout,

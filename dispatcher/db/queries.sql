@@ -42,10 +42,15 @@ RETURNING w.id, w.endpoint_id, w.event_id, w.payload::text AS payload,
 -- name: record_outcomes
 -- Every outcome of a flush in one statement: the queue rows, and a latency
 -- sample for each attempt that reached the wire (or timed out on it).
+-- A row takes its outcome while this worker holds it; or, when the server
+-- lost the claim (a failover, a crash: the row is back to pending or
+-- failed) or another worker handed it back unsent after the lease ran
+-- out, while no attempt was recorded since the one this outcome is for
+-- ($10, the attempt count at the claim) and no one holds it.
 WITH o AS (
     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::bool[],
-                         $6::int[], $7::int[], $8::text[])
-        AS o(id, endpoint_id, status, delay_s, spent, status_code, response_ms, error)
+                         $6::int[], $7::int[], $8::text[], $10::int[])
+        AS o(id, endpoint_id, status, delay_s, spent, status_code, response_ms, error, attempt)
 ), upd AS (
     UPDATE webhook_queue w
     SET status = CASE WHEN o.status = 'pending' AND w.attempt_count > 0 THEN 'failed'
@@ -62,7 +67,9 @@ WITH o AS (
         locked_by = NULL,
         updated_at = now()
     FROM o
-    WHERE w.id = o.id AND w.status = 'in_flight' AND w.locked_by = $9
+    WHERE w.id = o.id
+      AND ((w.status = 'in_flight' AND w.locked_by = $9)
+           OR (w.status IN ('pending', 'failed') AND w.attempt_count = o.attempt))
     RETURNING CASE WHEN o.status = 'delivered'
                    THEN extract(epoch FROM now() - w.created_at)::float8 END AS lag_s
 ), lat AS (
@@ -71,6 +78,68 @@ WITH o AS (
 )
 -- End-to-end lags of what was delivered, for the lag histogram.
 SELECT coalesce(array_agg(lag_s) FILTER (WHERE lag_s IS NOT NULL), '{}') FROM upd;
+
+-- name: server_identity
+-- Which server this connection reached, as far as outcomes are concerned:
+-- its timeline (from the WAL file being written: it changes at promotion,
+-- before any checkpoint does) and when its postmaster started (it changes
+-- at a restart, and tells two servers apart). Anyone may call these.
+SELECT CASE WHEN pg_is_in_recovery() THEN 'standby'
+            ELSE substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) END
+       || '@' || extract(epoch FROM pg_postmaster_start_time())::numeric::text;
+
+-- name: rewrite_outcomes
+-- After a failover (core.failover): outcomes another server acknowledged,
+-- in the order they were written, applied again to the rows this server
+-- still holds as they were before them (or earlier): not final, attempted
+-- no later than the outcome's attempt, and not claimed by another worker
+-- whose lease still runs. A row takes its last outcome; the latency
+-- samples lost with the row's update are inserted again, with their time
+-- ($10: seconds since the first write). Returns the rows changed with
+-- their attempt count before, so the caller announces only what was lost.
+WITH o AS (
+    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::bool[],
+                         $6::int[], $7::int[], $8::text[], $9::int[], $10::float8[])
+        WITH ORDINALITY
+        AS o(id, endpoint_id, status, delay_s, spent, status_code, response_ms, error,
+             attempt, ago_s, seq)
+), latest AS (
+    SELECT DISTINCT ON (id) * FROM o ORDER BY id, seq DESC
+), due AS (
+    SELECT w.id, w.attempt_count AS before
+    FROM webhook_queue w JOIN latest l ON l.id = w.id
+    WHERE w.status IN ('pending', 'failed', 'in_flight')
+      AND w.attempt_count <= l.attempt
+      AND (w.status <> 'in_flight' OR w.locked_by = $11 OR w.next_attempt_at <= now())
+    FOR UPDATE OF w
+), upd AS (
+    UPDATE webhook_queue w
+    SET status = CASE WHEN l.status = 'pending' AND l.attempt + l.spent::int > 0 THEN 'failed'
+                      ELSE l.status END,
+        attempt_count = l.attempt + l.spent::int,
+        next_attempt_at = CASE WHEN l.status IN ('pending', 'failed')
+                               THEN now() + make_interval(secs => greatest(l.delay_s - l.ago_s, 0))
+                               ELSE w.next_attempt_at END,
+        delivered_at = CASE WHEN l.status = 'delivered'
+                            THEN now() - make_interval(secs => l.ago_s) ELSE w.delivered_at END,
+        last_error = CASE WHEN l.spent OR l.status = 'dead_letter' THEN l.error
+                          ELSE w.last_error END,
+        last_status_code = CASE WHEN l.spent THEN l.status_code ELSE w.last_status_code END,
+        last_response_ms = CASE WHEN l.spent THEN l.response_ms ELSE w.last_response_ms END,
+        locked_by = NULL,
+        updated_at = now() - make_interval(secs => l.ago_s)
+    FROM due JOIN latest l ON l.id = due.id
+    WHERE w.id = due.id
+    RETURNING w.id, due.before
+), lat AS (
+    INSERT INTO endpoint_latency (endpoint_id, response_ms, status_code, delivery_id, error,
+                                  measured_at)
+    SELECT o.endpoint_id, o.response_ms, o.status_code, o.id, o.error,
+           now() - make_interval(secs => o.ago_s)
+    FROM o JOIN upd ON upd.id = o.id
+    WHERE o.spent AND o.attempt >= upd.before
+)
+SELECT id, before FROM upd;
 
 -- name: lock_health
 -- The stored breakers of a flush, locked, with what the fold needs: the

@@ -14,6 +14,7 @@ from typing import NamedTuple
 import asyncpg
 
 from dispatcher.core.breaker import Breaker, BreakerState, effective_threshold
+from dispatcher.core.failover import Rewrite
 from dispatcher.core.models import Delivery, Endpoint, Outcome, out_of_range
 from dispatcher.core.opsevents import OpsEvent
 from dispatcher.core.secretbox import PREFIX as SEALED
@@ -23,6 +24,7 @@ from dispatcher.db import MAINTENANCE_LOCK, Conn, Q, latency, opswebhooks
 from dispatcher.db.columns import settings_from_row, unseal_headers
 
 VACUUM_LOCK = MAINTENANCE_LOCK + 1
+REWRITE_TIMEOUT_S = 60.0
 
 # ---------------------------------------------------------------- endpoints
 
@@ -158,10 +160,9 @@ async def claim(
     ]
 
 
-async def record_outcomes(conn: Conn, outcomes: Sequence[Outcome], worker: str) -> list[float]:
-    """Persists outcomes; returns the end-to-end lag (s) of each row delivered."""
-    lags: list[float] = await conn.fetchval(
-        Q["record_outcomes"],
+def _outcome_columns(outcomes: Sequence[Outcome]) -> list[list[object]]:
+    """Outcomes as the arrays record_outcomes and rewrite_outcomes unnest."""
+    return [
         [o.delivery_id for o in outcomes],
         [o.endpoint_id for o in outcomes],
         [o.status.value for o in outcomes],
@@ -170,9 +171,39 @@ async def record_outcomes(conn: Conn, outcomes: Sequence[Outcome], worker: str) 
         [o.status_code for o in outcomes],
         [o.response_ms for o in outcomes],
         [o.error for o in outcomes],
-        worker,
+    ]
+
+
+async def record_outcomes(conn: Conn, outcomes: Sequence[Outcome], worker: str) -> list[float]:
+    """Persists outcomes; returns the end-to-end lag (s) of each row delivered."""
+    lags: list[float] = await conn.fetchval(
+        Q["record_outcomes"], *_outcome_columns(outcomes), worker, [o.attempt for o in outcomes]
     )
     return lags
+
+
+async def server_identity(conn: Conn) -> str:
+    """Which server this connection reached (core.failover): another
+    value after a promotion or a restart."""
+    identity: str = await conn.fetchval(Q["server_identity"])
+    return identity
+
+
+async def rewrite_outcomes(conn: Conn, rewrites: Sequence[Rewrite], worker: str) -> dict[int, int]:
+    """Writes again outcomes another server acknowledged, where this one
+    lacks them; returns the rows changed with their attempt count before."""
+    outcomes = [r.outcome for r in rewrites]
+    rows = await conn.fetch(
+        Q["rewrite_outcomes"],
+        *_outcome_columns(outcomes),
+        [o.attempt for o in outcomes],
+        [r.ago_s for r in rewrites],
+        worker,
+        # Up to core.failover.KEEP_MAX rows at once, once per failover: more
+        # than the pool's 5 s for a hot-path statement.
+        timeout=REWRITE_TIMEOUT_S,
+    )
+    return {r["id"]: r["before"] for r in rows}
 
 
 class StoredBreaker(NamedTuple):

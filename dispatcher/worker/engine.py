@@ -28,7 +28,7 @@ from typing import Any
 import asyncpg
 
 from dispatcher import log
-from dispatcher.core import planner, window
+from dispatcher.core import failover, planner, window
 from dispatcher.core.errors import OperationalError
 from dispatcher.core.models import AttemptResult, Delivery, Outcome, Stats, Status, Verdict
 from dispatcher.core.retry import decide
@@ -50,6 +50,7 @@ from dispatcher.worker.maintenance import Maintenance
 from dispatcher.worker.prober import TICK_S, Prober
 from dispatcher.worker.recorder import Recorder
 from dispatcher.worker.refresher import Refresher
+from dispatcher.worker.rewriter import Rewriter
 from dispatcher.worker.sender import Sender
 from dispatcher.worker.slots import Slots
 
@@ -176,12 +177,17 @@ class Engine:
         # write lost to a database crash means a re-delivery (the row's lease
         # runs out), never a lost event, and the WAL flush per statement
         # would otherwise sit on the hot path.
+        # Every new connection is checked for a server that lacks the
+        # outcomes written lately (a failover): they are written again first.
+        keep_s = failover.keep_s(self.settings.lease_margin_s)
+        rewriter = Rewriter(worker=self.worker, keep_s=keep_s, ops_webhooks=self._ops_webhooks)
         pool = self._pool = await create_pool(
             self.url,
             size=4,
             synchronous_commit=self.settings.synchronous_commit,
             command_timeout=STATEMENT_TIMEOUT_S,
             connect_timeout=CONNECT_TIMEOUT_S,
+            on_connect=rewriter.connected,
         )
         try:
             async with pool.acquire() as conn:
@@ -190,7 +196,8 @@ class Engine:
             self._recorder = Recorder(pool, worker=self.worker, settings=s,
                                       metrics=self.metrics, connectivity=db,
                                       on_written=self._gates.results_written,
-                                      ops_webhooks=self._ops_webhooks)  # fmt: skip
+                                      ops_webhooks=self._ops_webhooks,
+                                      rewriter=rewriter)  # fmt: skip
             # Producers NOTIFY or not by the database's switch (schema 016):
             # the prober finds new rows in probe mode and parks in notify mode.
             prober = self._prober = Prober(self.url, self._wake, db,

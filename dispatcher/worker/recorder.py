@@ -10,7 +10,9 @@ webhooks, what the flush caused (core.opsevents.of_flush) is queued to them
 by one more statement in the same transaction; without any, nothing is.
 
 It decides nothing about gates: it hands the breakers it stored to
-`on_written`, and the engine's gates take them from there.
+`on_written`, and the engine's gates take them from there. Each written
+batch also goes to the rewriter (worker/rewriter.py), which keeps it a
+while, to write it again on a server that took over without it.
 
 An outcome is never dropped: a failed write keeps the batch for the next
 try. The buffer is bounded by the worker's window (rows in flight), since nothing new
@@ -33,6 +35,7 @@ from dispatcher.db import DATABASE_ERRORS, Conn, acquire, store
 from dispatcher.metrics import Metrics
 from dispatcher.settings import Settings
 from dispatcher.worker.connectivity import Connectivity
+from dispatcher.worker.rewriter import Rewriter
 
 # How long a flush failure waits before trying again; outcomes stay buffered.
 FLUSH_RETRY_S = 1.0
@@ -61,6 +64,7 @@ class Recorder:
         connectivity: Connectivity,
         on_written: Callable[[dict[int, int], dict[int, Breaker]], None],
         ops_webhooks: Callable[[], frozenset[int]] = frozenset,
+        rewriter: Rewriter | None = None,
     ) -> None:
         self._pool = pool
         self.worker = worker
@@ -71,6 +75,8 @@ class Recorder:
         # The ops webhooks' ids as the last refresh saw them (none: no
         # emission at all, so the hot path pays nothing without them).
         self._ops_webhooks = ops_webhooks
+        # Keeps what was written, to write it again after a failover.
+        self._rewriter = rewriter
         self._flush_size = settings.flush_size
         self._flush_interval_s = settings.flush_interval_s
         self._buffer: list[Outcome] = []
@@ -185,6 +191,8 @@ class Recorder:
                     self.stats.statements += 1
         self.stats.flushes += 1
         self._count(batch)
+        if self._rewriter is not None:
+            self._rewriter.wrote(batch)
         for eid, b in written.items():
             clean = b.state is BreakerState.CLOSED and b.consecutive_failures == 0
             if clean:
