@@ -3,7 +3,8 @@ or `python -m benchmarks …`.
 
 Scenarios (benchmarks/scenarios/, one module each): fast (the default),
 slow200, many, noisy, two, wake, faults, internet, fifo, filters, https,
-tenants, and `all`, which runs each in turn. They stand on shared modules, lowest first:
+tenants, cluster (the Patroni rig, root only), and `all`, which runs each
+in turn but cluster. They stand on shared modules, lowest first:
 
     errors, output, payloads      values, formatting, what is sent
     processes, rawclient          child processes; the raw aiohttp ceiling
@@ -48,7 +49,7 @@ from . import rawclient
 from .bench import DEFAULT_DB, Options
 from .errors import BenchError, UsageError
 from .output import progress, render
-from .scenarios import RUNNERS
+from .scenarios import OWN_DATABASE, RUNNERS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -155,6 +156,8 @@ async def run_scenarios(opts: Options, admin_url: str) -> dict[str, Any]:
         return await RUNNERS[opts.scenario](opts, admin_url)
     reports = []
     for name, runner in RUNNERS.items():
+        if name in OWN_DATABASE:
+            continue
         progress(f"=== scenario {name}")
         try:
             rep = await runner(dataclasses.replace(opts, scenario=name), admin_url)
@@ -193,7 +196,8 @@ async def main(argv: list[str], settings: Any = None) -> int:
             loop.add_signal_handler(sig, interrupt, sig)
             handled.append(sig)
     try:
-        report = await run_scenarios(opts, _admin_url(settings))
+        admin = "" if opts.scenario in OWN_DATABASE else _admin_url(settings)
+        report = await run_scenarios(opts, admin)
     except asyncio.CancelledError:
         if not interrupted:
             raise
