@@ -93,6 +93,7 @@ async def run_fault(
     t_fault = time.time()
     info = await _inject(rig, fault, observe_s)
     until = time.time()
+    rig.producer.check()
     rig.producer.pause()
     heal_s = await rig.patroni.wait_healthy(rig.synchronous, HEAL_LIMIT_S)
     acked = rig.producer.acked_in(fault)

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import asyncpg
 
-from dispatcher.db import open_connection
+from dispatcher.db import DATABASE_ERRORS, open_connection
 from dispatcher.db.catalog import enqueue_bulk
 
 TICK_S = 0.05
@@ -51,9 +51,16 @@ class Producer:
     _task: asyncio.Task[None] | None = None
 
     def start(self, phase: str) -> None:
+        self.check()
         self.phase, self.running = phase, True
         if self._task is None:
             self._task = asyncio.create_task(self._loop(), name="rig-producer")
+
+    def check(self) -> None:
+        """Raises what stopped the producer, if it stopped: a stream that
+        silently ended would read as a stalled cluster."""
+        if self._task is not None and self._task.done():
+            raise RuntimeError(f"the rig's producer stopped: {self._task.exception()!r}")
 
     def pause(self) -> None:
         self.running = False
@@ -89,7 +96,7 @@ class Producer:
             if self.running:
                 try:
                     await self._batch(per_tick)
-                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError):
+                except DATABASE_ERRORS:
                     # The leader is gone or read-only: reconnect next tick
                     # (the multi-host URL finds the writable one).
                     await self._drop_conn()
