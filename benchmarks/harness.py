@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--producers", type=int, default=None, help="producers: connections (16)")
     p.add_argument("--keys", type=int, default=None, help="fifo: ordering keys (1000)")
     p.add_argument("--rounds", type=int, default=None, help="https: rounds per protocol (2)")
-    p.add_argument("--rate", type=int, default=None, help="tenants: b's events/s (20)")
+    p.add_argument("--rate", type=int, default=None, help="events/s: tenants b's (20), cluster")
     p.add_argument("--batch-size", type=int, default=None, help="run --batch-size (default)")
     p.add_argument("--raw-requests", type=int, default=None, help="min(events, 50000)")
     p.add_argument("--raw-passes", type=int, default=None, help="raw ceiling passes (3)")

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import os
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 LOCK_PATH = Path("/run/dispatcher-rig.lock")
 SUBNETS = range(77, 127)  # 10.N.0.0/24: the first one no other interface uses
+_runs = itertools.count()  # rigs made by this process (one per replication mode)
 
 
 def run(argv: list[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -57,7 +60,9 @@ class Network:
     """A bridge in the root namespace and one namespace per host on it."""
 
     def __init__(self) -> None:
-        self.tag = f"dr{os.getpid() % 100000:05d}"  # <= 7 chars: names fit IFNAMSIZ
+        # pid and run: unique on the machine; 8 chars, so that every name
+        # made from it fits IFNAMSIZ (15).
+        self.tag = f"dr{os.getpid() % 100000:05d}{next(_runs) % 10}"
         self.bridge = f"{self.tag}br"
         self.hosts: dict[str, str] = {}  # host -> address
         self.subnet = 0
@@ -125,6 +130,13 @@ class Network:
                 os.kill(pid, signal.SIGKILL)
         return len(pids)
 
+    def _wait_empty(self, host: str) -> None:
+        """Up to 5 s for the killed processes to be gone."""
+        for _ in range(50):
+            if not self.pids(host):
+                return
+            time.sleep(0.1)
+
     def close(self) -> None:
         """Kills every process in the rig's namespaces, then removes them and
         the bridge (the veths go with their namespaces)."""
@@ -132,7 +144,12 @@ class Network:
             with contextlib.suppress(OSError, subprocess.SubprocessError):
                 self.kill_all(host)
         for host in self.hosts:
+            self._wait_empty(host)
             run(["ip", "netns", "del", self.ns(host)], check=False)
+        for n in range(10, 10 + len(self.hosts)):
+            # Normally gone with its peer's namespace; not if a process
+            # still held the namespace.
+            run(["ip", "link", "del", f"{self.tag}v{n}"], check=False)
         self.hosts.clear()
         if self._created_bridge:
             run(["ip", "link", "del", self.bridge], check=False)
