@@ -94,7 +94,7 @@ async def run_fault(
     info = await _inject(rig, fault, observe_s)
     until = time.time()
     rig.producer.check()
-    rig.producer.pause()
+    await rig.producer.pause()
     heal_s = await rig.patroni.wait_healthy(rig.synchronous, HEAL_LIMIT_S)
     acked = rig.producer.acked_in(fault)
     drain_s = await _drain(rig, set(acked))
@@ -120,19 +120,12 @@ async def run_fault(
         drain_s=round(drain_s, 1),
         **{k: v for k, v in info.items() if k != "healed_at"},
     )
-    if "healed_at" in info:
-        w1 = rig.net.hosts["w1"]
-        back = (
-            rig.timeline.peer_back_after(w1, info["healed_at"])
-            if fault == "partition_worker"
-            else None
-        )
+    if fault == "partition_worker":
+        w1, healed = rig.net.hosts["w1"], info["healed_at"]
+        back = rig.timeline.peer_back_after(w1, healed)
         m["worker_back_after_heal_s"] = None if back is None else round(back, 2)
-        if fault == "partition_worker":
-            # The partition held: w1 delivered nothing for most of it.
-            m["worker_quiet_s"] = round(
-                rig.timeline.peer_quiet_s(w1, t_fault, info["healed_at"]), 1
-            )
+        # The partition held: w1 delivered nothing for most of it.
+        m["worker_quiet_s"] = round(rig.timeline.peer_quiet_s(w1, t_fault, healed), 1)
     rig.producer.failed = 0
     progress(f"rig: {fault}: {m}")
     return m

@@ -35,7 +35,7 @@ DCS_TIMINGS = {"ttl": 10, "loop_wait": 2, "retry_timeout": 4}
 
 
 def missing_programs() -> list[str]:
-    need = ["patroni", "patronictl", "etcd", "setpriv"]
+    need = ["patroni", "etcd", "setpriv"]
     out = [p for p in need if shutil.which(p) is None]
     if not (PG_BIN / "postgres").exists():
         out.append(str(PG_BIN / "postgres"))

@@ -169,7 +169,7 @@ class Rig:
             return all(peers.get(self.net.hosts[w], 0) > 0 for w in ("w1", "w2"))
 
         await self._wait("deliveries from both worker hosts", both_workers_deliver, 60)
-        self.producer.pause()
+        await self.producer.pause()
         progress(f"rig: delivering from w1 and w2 after {time.monotonic() - t0:.1f} s")
 
     def _cli(self, *args: str, timeout_s: float = 60) -> dict[str, Any]:

@@ -49,6 +49,9 @@ class Producer:
     _seq: int = 0
     _conn: asyncpg.Connection | None = None
     _task: asyncio.Task[None] | None = None
+    # Held while a batch is on its way: pause() waits for it, so that the
+    # acknowledged ids read after a pause are final.
+    _busy: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def start(self, phase: str) -> None:
         self.check()
@@ -62,8 +65,10 @@ class Producer:
         if self._task is not None and self._task.done():
             raise RuntimeError(f"the rig's producer stopped: {self._task.exception()!r}")
 
-    def pause(self) -> None:
+    async def pause(self) -> None:
         self.running = False
+        async with self._busy:
+            pass
 
     def acked_in(self, phase: str) -> dict[str, float]:
         prefix = f"{phase}-"
@@ -95,7 +100,8 @@ class Producer:
             next_at += TICK_S
             if self.running:
                 try:
-                    await self._batch(per_tick)
+                    async with self._busy:
+                        await self._batch(per_tick)
                 except DATABASE_ERRORS:
                     # The leader is gone or read-only: reconnect next tick
                     # (the multi-host URL finds the writable one).
