@@ -3,8 +3,9 @@ or `python -m benchmarks …`.
 
 Scenarios (benchmarks/scenarios/, one module each but slow.py): fast (the
 default), slow200, slow500, slowmix, many, noisy, two, wake, faults,
-internet, fifo, filters, https, tenants, and `all`, which runs each in turn.
-They stand on shared modules, lowest first:
+internet, fifo, filters, https, tenants, cluster (the Patroni rig, root
+only), and `all`, which runs each in turn but cluster. They stand on shared
+modules, lowest first:
 
     errors, output, payloads      values, formatting, what is sent
     processes, rawclient          child processes; the raw aiohttp ceiling
@@ -49,7 +50,7 @@ from . import rawclient
 from .bench import DEFAULT_DB, Options
 from .errors import BenchError, UsageError
 from .output import progress, render
-from .scenarios import RUNNERS
+from .scenarios import OWN_DATABASE, RUNNERS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -73,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--producers", type=int, default=None, help="producers: connections (16)")
     p.add_argument("--keys", type=int, default=None, help="fifo: ordering keys (1000)")
     p.add_argument("--rounds", type=int, default=None, help="https: rounds per protocol (2)")
-    p.add_argument("--rate", type=int, default=None, help="tenants: b's events/s (20)")
+    p.add_argument("--rate", type=int, default=None, help="events/s: tenants b's (20), cluster")
     p.add_argument("--batch-size", type=int, default=None, help="run --batch-size (default)")
     p.add_argument("--raw-requests", type=int, default=None, help="min(events, 50000)")
     p.add_argument("--raw-passes", type=int, default=None, help="raw ceiling passes (3)")
@@ -156,6 +157,8 @@ async def run_scenarios(opts: Options, admin_url: str) -> dict[str, Any]:
         return await RUNNERS[opts.scenario](opts, admin_url)
     reports = []
     for name, runner in RUNNERS.items():
+        if name in OWN_DATABASE:
+            continue
         progress(f"=== scenario {name}")
         try:
             rep = await runner(dataclasses.replace(opts, scenario=name), admin_url)
@@ -194,7 +197,8 @@ async def main(argv: list[str], settings: Any = None) -> int:
             loop.add_signal_handler(sig, interrupt, sig)
             handled.append(sig)
     try:
-        report = await run_scenarios(opts, _admin_url(settings))
+        admin = "" if opts.scenario in OWN_DATABASE else _admin_url(settings)
+        report = await run_scenarios(opts, admin)
     except asyncio.CancelledError:
         if not interrupted:
             raise

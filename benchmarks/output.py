@@ -79,5 +79,5 @@ def render(report: dict[str, Any]) -> str:
     if report["problems"]:
         lines.append("PROBLEMS: " + "; ".join(report["problems"]))
     else:
-        lines.append("correctness: ok (nothing lost, no duplicates)")
+        lines.append(report.get("correctness", "correctness: ok (nothing lost, no duplicates)"))
     return "\n".join(lines)

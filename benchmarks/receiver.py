@@ -1,7 +1,7 @@
 """A minimal, fast HTTP/1.1 webhook receiver for the benchmarks.
 
-    python -m benchmarks.receiver --port P [--latency-ms N] [--status 200] [--hang]
-                                  [--record-arrivals N]
+    python -m benchmarks.receiver --port P [--host 127.0.0.1] [--latency-ms N]
+                                  [--status 200] [--hang] [--record-arrivals N]
                                   [--fault KIND --fault-share F | --mix KIND=F,...]
                                   [--latency-lognormal P50:P99 | --latency-uniform LO:HI]
                                   [--seed S]
@@ -28,7 +28,9 @@ receiver_mix.py).
 `--tls-cert/--tls-key` serve https instead of http. The counters and canned
 responses live in receiver_stats.py.
 
-It binds 127.0.0.1 only, prints `READY <port>` on stdout once listening
+`peers` counts POSTs per client address (the cluster rig tells its worker
+hosts apart by it). It binds 127.0.0.1 unless `--host` names another
+address (the cluster rig's receiver host), prints `READY <port>` on stdout once listening
 (`--port 0` picks a free port), and is bounded everywhere: header and body
 sizes, queued responses per connection, connections, tracked ids, lifetime;
 it also exits when its parent process goes away.
@@ -120,6 +122,7 @@ class ReceiverProtocol(asyncio.Protocol):
         "now",
         "paused_read",
         "paused_write",
+        "peer",
         "queue",
         "req",
         "server",
@@ -138,6 +141,7 @@ class ReceiverProtocol(asyncio.Protocol):
         self.paused_read = False
         self.paused_write = False
         self.now = 0.0
+        self.peer = "?"
 
     # -------------------------------------------------------- connection
 
@@ -152,6 +156,8 @@ class ReceiverProtocol(asyncio.Protocol):
             return
         self.server.connections.add(self)
         self.server.accepted += 1
+        peer = transport.get_extra_info("peername")
+        self.peer = str(peer[0]) if peer else "?"
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
@@ -269,7 +275,7 @@ class ReceiverProtocol(asyncio.Protocol):
     def _handle(self, method: bytes, path: bytes, wid: bytes | None, close: bool) -> None:
         server = self.server
         if method == b"POST":
-            server.stats.post(wid, path.split(b"?", 1)[0], self.now)
+            server.stats.post(wid, path.split(b"?", 1)[0], self.now, self.peer)
             fault = server.behaviour.fault()
             if fault in ("reset", "cut", "hang"):
                 self._misbehave(fault, close)
@@ -361,6 +367,7 @@ class ReceiverProtocol(asyncio.Protocol):
 
 
 async def serve(
+    host: str,
     port: int,
     status: int,
     behaviour: Behaviour,
@@ -374,7 +381,7 @@ async def serve(
     server_state = Server(status, behaviour, hang=hang, max_arrivals=max_arrivals)
     server = await loop.create_server(
         lambda: ReceiverProtocol(server_state),
-        HOST,
+        host,
         port,
         backlog=2048,
         reuse_address=True,
@@ -410,6 +417,7 @@ async def serve(
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.receiver", description=__doc__)
     p.add_argument("--port", type=int, required=True, help="0 picks a free port")
+    p.add_argument("--host", default=HOST, help=f"address to listen on ({HOST})")
     p.add_argument("--latency-ms", type=float, default=0.0, help="delay each POST's response")
     p.add_argument("--status", type=int, default=200, help="status answered to every POST")
     p.add_argument("--hang", action="store_true", help="never answer a POST")
@@ -465,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
     )
     coro = serve(
+        args.host,
         args.port,
         args.status,
         behaviour,
@@ -480,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:  # pragma: no cover - uvloop is a core dependency
         asyncio.run(coro)
     except OSError as exc:
-        sys.stderr.write(f"receiver: cannot listen on {HOST}:{args.port}: {exc.strerror}\n")
+        sys.stderr.write(f"receiver: cannot listen on {args.host}:{args.port}: {exc.strerror}\n")
         return 1
     return 0
 

@@ -44,6 +44,7 @@ class Stats:
         "open",
         "other",
         "paths",
+        "peers",
         "started",
         "untracked",
     )
@@ -63,8 +64,11 @@ class Stats:
         self.max_arrivals = max_arrivals
         self.arrivals: dict[str, float] = {}
         self.answers: dict[str, int] = {}  # POSTs per kind of answer (ok, 429, hang, ...)
+        self.peers: dict[str, int] = {}  # POSTs per client address (bounded like paths)
 
-    def post(self, webhook_id: bytes | None, path: bytes, now: float) -> None:
+    def post(self, webhook_id: bytes | None, path: bytes, now: float, peer: str = "?") -> None:
+        if peer in self.peers or len(self.peers) < MAX_TRACKED_PATHS:
+            self.peers[peer] = self.peers.get(peer, 0) + 1
         if self.first_ts is None:
             self.first_ts = now
         self.last_ts = now
@@ -108,6 +112,7 @@ class Stats:
             "max_open": self.max_open,
             "uptime_s": round(time.time() - self.started, 3),
             "answers": dict(self.answers),
+            "peers": dict(self.peers),
         }
         if paths:
             out["paths"] = {

@@ -1,10 +1,12 @@
 """The scenarios, each a module on top of the shared machinery (bench.py,
 phases.py): `RUNNERS` maps the names `dispatcher bench` accepts, in the order
-`all` runs them, to their runners."""
+`all` runs them, to their runners. `cluster` (root, Patroni and etcd: it
+builds its own hosts and database cluster) is named alone, never by `all`."""
 
 from __future__ import annotations
 
 from ..bench import Runner
+from .cluster import run_cluster
 from .fast import run_fast
 from .faults import run_faults
 from .fifo import run_fifo
@@ -39,6 +41,10 @@ RUNNERS: dict[str, Runner] = {
     "tenants": run_tenants,
     "jobqueue": run_jobqueue,
     "held": run_held,
+    "cluster": run_cluster,
 }
+# Scenarios that bring their own database (and need root): `all` skips
+# them and the harness does not resolve DATABASE_URL for them.
+OWN_DATABASE = frozenset({"cluster"})
 
-__all__ = ["RUNNERS"]
+__all__ = ["OWN_DATABASE", "RUNNERS"]
