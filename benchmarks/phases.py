@@ -39,6 +39,7 @@ async def drain_phase(
     addressed: bool = True,
     keys: int = 0,
     before_enqueue: Callable[[], Awaitable[None]] | None = None,
+    run_args: Sequence[str] = (),
 ) -> dict[str, Any]:
     """fresh db → endpoints → [before_enqueue] → enqueue → `run --drain` x
     processes → metrics."""
@@ -73,7 +74,7 @@ async def drain_phase(
             transient=True,
         )
 
-    argv = run_argv(bench.opts, max_in_flight)
+    argv = [*run_argv(bench.opts, max_in_flight), *run_args]
     progress(f"{label}: {processes} x dispatcher {' '.join(argv)}")
     tick_s = 0.1 if sample_open else 1.0
     runs, _, t0 = await bench.children.run_together(

@@ -17,6 +17,7 @@ from .internet import run_internet
 from .jobqueue import run_jobqueue
 from .many import run_many
 from .noisy import run_noisy
+from .processes import run_processes
 from .producers import run_producers
 from .slow import run_slow200, run_slow500, run_slowmix
 from .tenants import run_tenants
@@ -31,6 +32,7 @@ RUNNERS: dict[str, Runner] = {
     "many": run_many,
     "noisy": run_noisy,
     "two": run_two,
+    "processes": run_processes,
     "wake": run_wake,
     "faults": run_faults,
     "producers": run_producers,
