@@ -1,8 +1,9 @@
-"""The per-endpoint gate: token bucket, semaphore, adaptive limit, breaker view.
+"""The per-endpoint gate: token bucket, places, adaptive limit, breaker view.
 
 One Gate per endpoint per process, and `Gates` holds them. A gate answers
 two questions for the engine: how many rows of this endpoint the next claim
-may take (so a claim never holds rows it cannot start soon), and whether a
+may take (so a claim never holds rows it cannot start soon: its places, and
+the few claimed ahead that wait for one, see `ahead`), and whether a
 claimed row may be sent now.
 
 A gate owns its state: other modules tell it what happened (`claimed_row`,

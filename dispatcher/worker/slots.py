@@ -4,7 +4,7 @@ A task per row would cost a task's creation, scheduling and done callback
 per delivery; a slot that finishes a row takes the next at once, with no
 trip through the event loop, and parks when none is ready. Every row still
 gets a slot free to run it the moment it is started (a parked one or a new
-one), so a slot waiting on its endpoint's semaphore or bucket holds up only
+one), so a slot waiting for its endpoint's place or token holds up only
 its own row.
 
 The rows are the engine's business: `run(job)` does one whole job (send,
