@@ -12,7 +12,10 @@ reports, in the same run:
 - the seconds from the first request to 90 % of the allowance;
 - the dispatcher's CPU per wall second (not CPU-bound when well under 1);
 - a bare aiohttp client at the same concurrency against the same receiver,
-  and the ratio of the two rates.
+  and the ratio of the two rates, each from its first request to its last
+  (the dispatcher's at the receiver: its process start and final drain
+  check are not in the bare client's figure either; the whole run's
+  ratio is shown too).
 
 Default sizes keep allowance / mean latency at 2,500 requests/s (4 x 125 at
 200 ms; 4 x 312 at 500 ms and at 50-1,000 ms, mean 525 ms): half of what
@@ -121,7 +124,10 @@ async def _run(bench: Bench, opts: Options, shape: Shape) -> dict[str, Any]:
     held = m["in_flight"] = held_in_flight(m.pop("open_series"), allowed, per * n_ep)
     raw = await raw_ceiling(bench, rcv, secret=eps[0].secret, requests=per * n_ep,
                             concurrency=allowed)  # fmt: skip
-    ratio = report_raw(bench, m, raw)
+    whole = report_raw(bench, m, raw)
+    at_rcv = m["receiver_window_per_min"]
+    ratio = at_rcv / raw["per_min"] if at_rcv and raw["per_min"] else None
+    bench.report["ratio_to_raw_at_receiver"] = None if ratio is None else round(ratio, 4)
     dpm = m["deliveries_per_min"]
     mean_ms = float(latency) if latency is not None else shape.mean_ms
     little = (dpm / 60) * (mean_ms / 1000) if dpm else None
@@ -129,7 +135,8 @@ async def _run(bench: Bench, opts: Options, shape: Shape) -> dict[str, Any]:
     share = None if median is None else median / allowed
     table = drain_rows(m)
     table += [
-        *raw_rows(raw, ratio),
+        *raw_rows(raw, whole),
+        ["ratio at the receiver (first to last) / raw", "-" if ratio is None else f"{ratio:.2f}"],
         ["allowed in flight (endpoints, window)", fmt_int(allowed)],
         ["in flight at receiver: median while backlog",
          "-" if median is None else f"{fmt_int(median)} ({share:.2f} of allowed)"],
@@ -142,7 +149,7 @@ async def _run(bench: Bench, opts: Options, shape: Shape) -> dict[str, Any]:
     smoke = opts.smoke
     ramp = held["seconds_to_90pct"]
     checks = [
-        (f"ratio to raw >= {TARGET_RATIO_RAW:g}", ratio is not None and ratio >= TARGET_RATIO_RAW,
+        (f"ratio to raw (at the receiver) >= {TARGET_RATIO_RAW:g}", ratio is not None and ratio >= TARGET_RATIO_RAW,
          "-" if ratio is None else f"{ratio:.2f}"),
         (f"in flight median >= {TARGET_HELD:g} x allowed", share is not None
          and share >= TARGET_HELD, "-" if share is None else f"{share:.2f}"),
