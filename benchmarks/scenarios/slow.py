@@ -149,8 +149,8 @@ async def _run(bench: Bench, opts: Options, shape: Shape) -> dict[str, Any]:
     smoke = opts.smoke
     ramp = held["seconds_to_90pct"]
     checks = [
-        (f"ratio to raw (at the receiver) >= {TARGET_RATIO_RAW:g}", ratio is not None and ratio >= TARGET_RATIO_RAW,
-         "-" if ratio is None else f"{ratio:.2f}"),
+        (f"ratio to raw (at the receiver) >= {TARGET_RATIO_RAW:g}",
+         ratio is not None and ratio >= TARGET_RATIO_RAW, "-" if ratio is None else f"{ratio:.2f}"),
         (f"in flight median >= {TARGET_HELD:g} x allowed", share is not None
          and share >= TARGET_HELD, "-" if share is None else f"{share:.2f}"),
         (f"90 % of allowed within {TARGET_RAMP_S:g} s", ramp is not None
