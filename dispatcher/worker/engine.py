@@ -213,7 +213,9 @@ class Engine:
             await self.sender.start()
             self._listener = Listener(self.url, self._wake, db, self._refresher.changed)
             await self._listener.connect()
-            await self._refresher.start()
+            # Registers; the membership it finds is applied by the next
+            # refresh, which the supervised loop runs at once (`changed`).
+            await self._refresher.once()
             if self.metrics is not None:
                 self.metrics.watch_worker(lambda: db.connected, lambda: self.waiting_outcomes)
             self._supervise("listener", self._listener.run())

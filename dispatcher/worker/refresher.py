@@ -81,16 +81,6 @@ class Refresher:
         """Epoch seconds on the database's clock."""
         return time.time() + self.clock_offset
 
-    async def start(self) -> None:
-        """The first refreshes: registered, then (holding nothing) applied
-        to the membership it found, so that a worker alone sends at once
-        and one that joins others waits only for them."""
-        for _ in range(3):
-            applied = self.applied
-            await self.once()
-            if self.applied == applied:
-                return
-
     async def once(self) -> None:
         live_s = max(3.0, 3 * self._settings.endpoint_refresh_s)
         applied = self.applied
@@ -110,9 +100,6 @@ class Refresher:
         if states:
             self.clock_offset = db_now - time.time()
         due = self._gates.sync(states, self._worker, view)
-        if view != self._view:
-            self._view = view
-            self._wake.set()  # a grant may have grown: claim on it
         if applied != live:
             if shares.may_apply(view, self._gates.held()):
                 # Within our share of `live` everywhere: say so now, not a
@@ -125,6 +112,11 @@ class Refresher:
             b = gate.breaker
             if probe_due(b, db_now) or b.state is BreakerState.HALF_OPEN:
                 await self._try_probe(gate)
+        # After the probes: a drain that sees the shares settled has seen
+        # the probes its grants allowed too.
+        if view != self._view:
+            self._view = view
+            self._wake.set()  # a grant may have grown: claim on it
 
     async def _try_probe(self, gate: Gate) -> None:
         if not gate.may_probe():
