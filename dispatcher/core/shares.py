@@ -80,11 +80,6 @@ class View:
         """This worker's share once every live worker has applied `live`."""
         return share_of(self.me, self.live, total, salt)
 
-    @property
-    def settled(self) -> bool:
-        """Every live worker has applied this membership: grants are targets."""
-        return all(self.applied.get(w) == self.live for w in self.live)
-
 
 def may_apply(view: View, held: Sequence[tuple[int, int, int]]) -> bool:
     """Whether this worker may publish `view.live` as applied: for each

@@ -584,6 +584,13 @@ class Gates:
         except Exception as exc:
             return None, f"wire unusable ({type(exc).__name__})"
 
+    def short(self, view: shares.View) -> bool:
+        """Some gate runs on less than its share of `view.live`."""
+        return any(
+            g.max_share < view.target(g.endpoint.max_in_flight, g.endpoint.id)
+            for g in self._gates.values()
+        )
+
     def held(self) -> list[tuple[int, int, int]]:
         """For each endpoint: (max_in_flight, id, rows this process holds),
         what core.shares.may_apply weighs."""

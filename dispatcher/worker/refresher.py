@@ -70,6 +70,7 @@ class Refresher:
         # nothing): what the next heartbeat publishes.
         self.applied: shares.Members | None = None
         self._view: shares.View | None = None
+        self._short = True  # until the first refresh: see `settling`
         # Set while a membership waits for rows held above its share to
         # drain (settle() then publishes it as soon as they have).
         self._owed = asyncio.Event()
@@ -117,6 +118,7 @@ class Refresher:
         if view != self._view:
             self._view = view
             self._wake.set()  # a grant may have grown: claim on it
+        self._short = self._gates.short(view)
 
     async def _try_probe(self, gate: Gate) -> None:
         if not gate.may_probe():
@@ -138,10 +140,10 @@ class Refresher:
 
     @property
     def settling(self) -> bool:
-        """Some live worker (this one, or another) has not applied the
-        membership yet: this worker's grants may still grow."""
-        view = self._view
-        return view is not None and not view.settled
+        """Some gate runs on less than its share of the live membership
+        (this worker, or another, has not applied it yet): its grant may
+        still grow, so an empty claim is not the end of a drain."""
+        return self._short
 
     async def settle(self) -> None:
         """While a membership is owed, looks every SETTLE_S whether the rows
