@@ -685,19 +685,21 @@ LEFT JOIN created c USING (i) LEFT JOIN delivered d USING (i) LEFT JOIN dead x U
 ORDER BY b.i DESC;
 
 -- name: heartbeat
--- Registers this worker (with what it holds) and returns the live ones, in a
--- stable order.
+-- Registers this worker (with what it holds and the membership whose shares
+-- it keeps to, schema 017) and returns the other live workers with theirs,
+-- in a stable order. The INSERT is not visible to the SELECT (one
+-- snapshot): the caller counts itself.
 WITH me AS (
-    INSERT INTO dispatcher_workers (worker_id, host, pid, in_flight, outcomes_waiting)
-    VALUES ($1, $2, $3, $5, $6)
+    INSERT INTO dispatcher_workers
+        (worker_id, host, pid, in_flight, outcomes_waiting, applied_members)
+    VALUES ($1, $2, $3, $5, $6, $7)
     ON CONFLICT (worker_id) DO UPDATE
-    SET heartbeat_at = now(), in_flight = $5, outcomes_waiting = $6
+    SET heartbeat_at = now(), in_flight = $5, outcomes_waiting = $6, applied_members = $7
 ), gone AS (
     DELETE FROM dispatcher_workers WHERE heartbeat_at < now() - interval '5 minutes'
 )
-SELECT worker_id FROM dispatcher_workers
-WHERE heartbeat_at > now() - make_interval(secs => $4) OR worker_id = $1
-UNION SELECT $1
+SELECT worker_id, applied_members FROM dispatcher_workers
+WHERE heartbeat_at > now() - make_interval(secs => $4) AND worker_id <> $1
 ORDER BY 1;
 
 -- name: leave

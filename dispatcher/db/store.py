@@ -384,10 +384,16 @@ async def heartbeat(
     *,
     in_flight: int = 0,
     outcomes_waiting: int = 0,
-) -> list[str]:
-    """Says this worker is alive (and what it holds); returns the live workers."""
-    rows = await conn.fetch(Q["heartbeat"], worker, host, pid, live_s, in_flight, outcomes_waiting)
-    return [r[0] for r in rows]
+    applied: Sequence[str] | None = None,
+) -> dict[str, tuple[str, ...] | None]:
+    """Says this worker is alive, what it holds and the membership whose
+    shares it keeps to (None: none yet); returns every other live worker
+    with the membership it has applied."""
+    rows = await conn.fetch(
+        Q["heartbeat"], worker, host, pid, live_s, in_flight, outcomes_waiting,
+        None if applied is None else list(applied),
+    )  # fmt: skip
+    return {r[0]: None if r[1] is None else tuple(r[1]) for r in rows}
 
 
 async def leave(conn: Conn, worker: str) -> None:

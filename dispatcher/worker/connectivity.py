@@ -81,8 +81,14 @@ class Connectivity:
             if early is None:
                 await asyncio.sleep(interval_s)
             else:
+                # asyncio.timeout, not wait_for: on 3.11, wait_for swallows a
+                # cancellation that arrives as `early` is set, and the job
+                # then runs on after its worker has stopped (a `run --drain`
+                # that never exits). More likely since workers notify each
+                # other of every share they apply (schema 017).
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(early.wait(), interval_s)
+                    async with asyncio.timeout(interval_s):
+                        await early.wait()
                 early.clear()
             started = self._clock()
             try:

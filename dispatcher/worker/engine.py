@@ -160,6 +160,9 @@ class Engine:
     def _ops_webhooks(self) -> frozenset[int]:
         return frozenset() if self._refresher is None else self._refresher.ops_webhooks
 
+    def _settling(self) -> bool:
+        return self._refresher is not None and self._refresher.settling
+
     def _holding(self) -> tuple[int, int]:
         """What the heartbeat reports: rows in flight, outcomes not yet written."""
         return self._inflight, self.waiting_outcomes
@@ -210,6 +213,8 @@ class Engine:
             await self.sender.start()
             self._listener = Listener(self.url, self._wake, db, self._refresher.changed)
             await self._listener.connect()
+            # Registers; the membership it finds is applied by the next
+            # refresh, which the supervised loop runs at once (`changed`).
             await self._refresher.once()
             if self.metrics is not None:
                 self.metrics.watch_worker(lambda: db.connected, lambda: self.waiting_outcomes)
@@ -219,6 +224,7 @@ class Engine:
             self._supervise("prober", prober.run())
             self._supervise("flusher", self._recorder.run())
             self._supervise("refresher", self._refresher.run())
+            self._supervise("shares", self._refresher.settle())
             self._supervise("maintenance", maintenance.run())
             self._supervise("window", self._pace())
             log.event("engine_started", worker=self.worker, drain=drain, wake=prober.mode.value)
@@ -260,9 +266,17 @@ class Engine:
             got, budget_left = await self._claim()
             if self._stopping:
                 break
-            if self._drain and got == 0 and self._inflight == 0 and not self._claim_failed:
+            if (
+                self._drain
+                and got == 0
+                and self._inflight == 0
+                and not self._claim_failed
+                and not self._settling()
+            ):
                 # Outcomes just written may have made rows due (a retry with
                 # no delay); only an empty claim after the flush ends a drain.
+                # (A worker that joined others claims nothing until they
+                # have made room for it: that is not the end of a drain.)
                 await self._flush_all()
                 got, _ = await self._claim()
                 if got == 0 and self._inflight == 0 and not self._claim_failed:

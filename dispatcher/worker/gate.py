@@ -11,7 +11,10 @@ A gate owns its state: other modules tell it what happened (`claimed_row`,
 `results_written`) and ask it questions; none assigns its fields.
 
 Limits hold for the endpoint as a whole: with n live workers each gate runs
-on its share (see `split`), re-balanced as workers come and go.
+on what core/shares.py grants it (its share, once the others have shrunk to
+theirs), re-balanced as workers come and go; the places it holds count
+until they are freed, so that the refresher says it keeps to a share only
+when it does.
 """
 
 from __future__ import annotations
@@ -25,10 +28,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
-from aiolimiter import AsyncLimiter
-
 from dispatcher import log
-from dispatcher.core import autodisable, concurrency
+from dispatcher.core import autodisable, concurrency, shares
 from dispatcher.core.breaker import (
     Breaker,
     BreakerState,
@@ -49,6 +50,7 @@ from dispatcher.core.sendorder import SendOrder
 from dispatcher.core.shaping import compile_success_body, url_sample
 from dispatcher.core.ssrf import validate_url
 from dispatcher.db.store import EndpointState
+from dispatcher.worker.bucket import Bucket
 from dispatcher.worker.sender import EndpointWire
 
 # Rows of a rate-limited endpoint claimed ahead of their tokens: about this
@@ -62,29 +64,6 @@ MAX_BURST = 1_000_000
 CLAIM_CYCLE_MS = 50.0
 # A row claimed ahead waits this long at most for a place, then goes back.
 PLACE_WAIT_S = 1.0
-
-
-def split(total: int, workers: int, index: int, salt: int) -> int:
-    """This worker's whole share of `total`; the shares add up to `total`.
-
-    The remainder goes to different workers for different endpoints (salt),
-    so many endpoints with a limit of 1 spread over the workers.
-    """
-    base, extra = divmod(total, workers)
-    return base + (1 if (index - salt) % workers < extra else 0)
-
-
-def _tokens(limiter: AsyncLimiter, burst: int) -> int:
-    """Whole tokens in the bucket now (has_capacity is monotonic: bisect it,
-    rather than asking once per possible token on every claim)."""
-    lo, hi = 0, burst
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if limiter.has_capacity(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 class Admission:
@@ -152,6 +131,7 @@ class Gate:
         "run",
         "sending",
         "unwritten",
+        "view",
         "waiting",
         "wire",
     )
@@ -177,14 +157,19 @@ class Gate:
         # When its own results (a 410, disable_after) disabled it here, before
         # the recorder has written that.
         self.gone_at: float | None = None
-        self.max_share = endpoint.max_in_flight  # this process's part of max_in_flight
-        self.rate_share = endpoint.rate_per_s
         # Rows holding an in-flight place (see places()), and rows claimed
         # ahead waiting for one, first come first served.
         self.sending = 0
         self.waiting: collections.deque[asyncio.Future[bool]] = collections.deque()
-        self.limiter = self._limiter()
         self.adaptive = concurrency.initial(endpoint.max_in_flight)
+        # What this process may hold of max_in_flight, and its bucket (rate
+        # and burst in proportion): granted by apply_share from the
+        # membership seen at the last refresh (None: alone, the whole).
+        self.view: shares.View | None = None
+        self.max_share = 0
+        self.rate_share: float | None = None
+        self.limiter: Bucket | None = None
+        self.apply_share(None)
         self.order = SendOrder(_horizon(endpoint))
         self.claimed = 0  # claimed by this process, outcome not yet buffered
         self.probing = False  # this process won the half-open probe
@@ -206,27 +191,37 @@ class Gate:
         if old.max_in_flight != endpoint.max_in_flight:
             # Rows already in flight finish; places() applies to the next.
             self.adaptive = concurrency.resize(self.adaptive, endpoint.max_in_flight)
-            self.place_freed()
-        if (old.rate_per_s, old.burst, old.max_in_flight) != (
-            endpoint.rate_per_s,
-            endpoint.burst,
-            endpoint.max_in_flight,
-        ):
-            self.max_share = endpoint.max_in_flight
-            self.rate_share = endpoint.rate_per_s
-            self.limiter = self._limiter()
+        self.apply_share(self.view)
 
-    def apply_share(self, workers: int, index: int) -> None:
+    def apply_share(self, view: shares.View | None) -> None:
+        """Takes what `view` grants (None: the whole). Shrinking applies at
+        once, to rows waiting for a token too; the bucket keeps the tokens it
+        has (never more than its new capacity) and starts empty, so neither a
+        new process nor a resize sends a burst it was not given."""
+        self.view = view
         ep = self.endpoint
-        share = split(ep.max_in_flight, workers, index, ep.id)
-        rate = None if ep.rate_per_s is None else ep.rate_per_s * share / ep.max_in_flight
-        if (share, rate) == (self.max_share, self.rate_share):
-            return
-        self.max_share = share
-        self.rate_share = rate
-        self.limiter = self._limiter()
-        self.adaptive = concurrency.resize(self.adaptive, max(share, 1))
+        total = ep.max_in_flight
+        grant = total if view is None else view.grant(total, ep.id)
+        self.max_share = grant
+        if ep.rate_per_s is None:
+            self.limiter, self.rate_share = None, None
+        elif (shaped := shares.bucket(grant, total, ep.rate_per_s, self._burst())) is not None:
+            # With nothing granted the bucket stays as it was: sendable()
+            # turns away the rows that get a token meanwhile.
+            capacity, self.rate_share = shaped
+            if self.limiter is None:
+                self.limiter = Bucket(capacity, self.rate_share)
+            else:
+                self.limiter.resize(capacity, self.rate_share)
+        if self.adaptive.max_limit != max(grant, 1):
+            self.adaptive = concurrency.resize(self.adaptive, max(grant, 1))
         self.place_freed()
+
+    def held(self) -> int:
+        """In-flight places this process holds of the endpoint's
+        max_in_flight: rows on the wire or waiting for a token. (Rows
+        claimed ahead hold none: they take a place only within places().)"""
+        return self.sending
 
     def sync(self, state: EndpointState, worker: str, now_mono: float) -> None:
         """What the database says now: the stored breaker (the truth, other
@@ -241,18 +236,10 @@ class Gate:
             self.probe_sent = False
 
     def _burst(self) -> int:
+        """The endpoint's whole burst (workers share it in proportion)."""
         ep = self.endpoint
-        assert self.rate_share is not None and ep.rate_per_s is not None
-        full = min(ep.burst or max(1, math.ceil(min(ep.rate_per_s, MAX_BURST))), MAX_BURST)
-        return max(1, round(full * (self.rate_share / ep.rate_per_s)))
-
-    def _limiter(self) -> AsyncLimiter | None:
-        if self.rate_share is None or self.rate_share <= 0:
-            return None
-        burst = self._burst()
-        # aiolimiter's bucket holds max_rate tokens and refills them over
-        # time_period: capacity `burst` refilled at rate_share per second.
-        return AsyncLimiter(burst, burst / self.rate_share)
+        assert ep.rate_per_s is not None
+        return min(ep.burst or max(1, math.ceil(min(ep.rate_per_s, MAX_BURST))), MAX_BURST)
 
     def admit(self, d: Delivery, stopping: Callable[[], bool]) -> Admission:
         return Admission(self, d, stopping)
@@ -287,7 +274,7 @@ class Gate:
             # The tokens there now, plus what refills within the lookahead:
             # no claimed row waits for a token much longer than a second,
             # so none outlives its lease however slow the rate.
-            ahead = _tokens(self.limiter, self._burst()) + math.floor(
+            ahead = self.limiter.tokens() + math.floor(
                 min(self.rate_share * RATE_LOOKAHEAD_S, MAX_BURST)
             )
             n = min(n, ahead - self.claimed)
@@ -488,19 +475,21 @@ class Gates:
         return len(self._gates)
 
     def sync(
-        self, states: list[EndpointState], worker: str, workers: int, index: int
+        self, states: list[EndpointState], worker: str, view: shares.View | None
     ) -> list[Gate]:
-        """Applies a refresh; returns the gates whose probe may be due."""
+        """Applies a refresh (`view`: the membership read with it, None:
+        alone); returns the gates whose probe may be due."""
         now_mono = time.monotonic()
         seen = set()
         due = []
         for state in states:
             seen.add(state.endpoint.id)
             try:
-                gate = self._applied(state, worker, workers, index, now_mono)
+                gate = self._applied(state, worker, view, now_mono)
             except Exception as exc:
                 # Whatever a row holds, it stops only its own deliveries.
                 gate = self._set_aside(state, f"settings unusable ({type(exc).__name__})")
+                gate.apply_share(view)  # its stand-in's defaults, shared as any
             if state.breaker.state is not BreakerState.CLOSED:
                 due.append(gate)
         for gone in set(self._gates) - seen:
@@ -510,7 +499,7 @@ class Gates:
         return due
 
     def _applied(
-        self, state: EndpointState, worker: str, workers: int, index: int, now_mono: float
+        self, state: EndpointState, worker: str, view: shares.View | None, now_mono: float
     ) -> Gate:
         endpoint = state.endpoint
         gate = self._gates.get(endpoint.id)
@@ -528,7 +517,7 @@ class Gates:
                 self._add(gate)
             else:
                 gate.reconfigure(endpoint, wire, broken)
-        gate.apply_share(workers, index)
+        gate.apply_share(view)
         gate.sync(state, worker, now_mono)
         return gate
 
@@ -594,6 +583,18 @@ class Gates:
             return self._wire(ep), None
         except Exception as exc:
             return None, f"wire unusable ({type(exc).__name__})"
+
+    def short(self, view: shares.View) -> bool:
+        """Some gate runs on less than its share of `view.live`."""
+        return any(
+            g.max_share < view.target(g.endpoint.max_in_flight, g.endpoint.id)
+            for g in self._gates.values()
+        )
+
+    def held(self) -> list[tuple[int, int, int]]:
+        """For each endpoint: (max_in_flight, id, rows this process holds),
+        what core.shares.may_apply weighs."""
+        return [(g.endpoint.max_in_flight, g.endpoint.id, g.held()) for g in self._gates.values()]
 
     def results_written(self, counts: dict[int, int], breakers: dict[int, Breaker]) -> None:
         for endpoint_id, n in counts.items():

@@ -1,10 +1,18 @@
 """Keeps the engine's gates in step with the database, and takes probes.
 
-Every `endpoint_refresh_s`: a heartbeat (live workers share each endpoint's
-limits), every endpoint with its stored breaker, probe owner, p95 and pause,
-applied to the gates, and the wake-up switch (schema 016), told to its
-owner; then, for each open breaker whose cooldown ran out,
-an attempt at the half-open probe (the store lets exactly one worker win).
+Every `endpoint_refresh_s`, and at once when a worker joins, leaves or
+applies a new membership (schemas 015, 017): a heartbeat (live workers
+share each endpoint's limits), every endpoint with its stored breaker,
+probe owner, p95 and pause, applied to the gates, and the wake-up switch
+(schema 016), told to its owner; then, for each open breaker whose
+cooldown ran out, an attempt at the half-open probe (the store lets
+exactly one worker win).
+
+The heartbeat also publishes the membership whose shares this worker keeps
+to; the gates take only what core/shares.py grants from what every live
+worker published. A membership is published once every gate holds no more
+than its share of it, so a worker that joins sends nothing until the
+others have shrunk to make room for it.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from collections.abc import Callable
 import asyncpg
 
 from dispatcher import log
+from dispatcher.core import shares
 from dispatcher.core.breaker import BreakerState, probe_due
 from dispatcher.core.models import Stats, WakeMode
 from dispatcher.core.secretbox import SecretBox
@@ -26,6 +35,10 @@ from dispatcher.db import wake as wake_switch
 from dispatcher.settings import Settings
 from dispatcher.worker.connectivity import Connectivity
 from dispatcher.worker.gate import Gate, Gates
+
+# How often a worker that owes the others a smaller share looks whether it
+# holds no more than that share yet.
+SETTLE_S = 0.02
 
 
 class Refresher:
@@ -53,6 +66,14 @@ class Refresher:
         self._holding = holding  # (rows in flight, outcomes not yet written)
         self._wake_mode = wake_mode  # told the switch at each refresh (schema 016)
         self.workers = 1  # live workers sharing each endpoint's limits
+        # The membership this worker keeps to (None: none yet, it holds
+        # nothing): what the next heartbeat publishes.
+        self.applied: shares.Members | None = None
+        self._view: shares.View | None = None
+        self._short = True  # until the first refresh: see `settling`
+        # Set while a membership waits for rows held above its share to
+        # drain (settle() then publishes it as soon as they have).
+        self._owed = asyncio.Event()
         self.clock_offset = 0.0  # the database's clock minus ours, for breaker decisions
         self.ops_webhooks: frozenset[int] = frozenset()  # their ids, for the recorder
         self.changed = asyncio.Event()
@@ -63,24 +84,41 @@ class Refresher:
 
     async def once(self) -> None:
         live_s = max(3.0, 3 * self._settings.endpoint_refresh_s)
+        applied = self.applied
         async with acquire(self._pool) as conn:
             in_flight, waiting = self._holding()
-            workers = await store.heartbeat(
+            others = await store.heartbeat(
                 conn, self._worker, socket.gethostname(), os.getpid(), live_s,
-                in_flight=in_flight, outcomes_waiting=waiting,
+                in_flight=in_flight, outcomes_waiting=waiting, applied=applied,
             )  # fmt: skip
             db_now, states = await store.engine_endpoints(conn, self._box)
             mode, _ = await wake_switch.read(conn)
         self._wake_mode(mode)
-        self.workers = len(workers)
+        live = tuple(sorted([*others, self._worker]))
+        view = shares.View(me=self._worker, live=live, applied={**others, self._worker: applied})
+        self.workers = len(live)
         self.ops_webhooks = frozenset(s.endpoint.id for s in states if s.ops)
         if states:
             self.clock_offset = db_now - time.time()
-        index = workers.index(self._worker)
-        for gate in self._gates.sync(states, self._worker, self.workers, index):
+        due = self._gates.sync(states, self._worker, view)
+        if applied != live:
+            if shares.may_apply(view, self._gates.held()):
+                # Within our share of `live` everywhere: say so now, not a
+                # refresh later (the others, and we, grow on it).
+                self.applied = live
+                self.changed.set()
+            else:
+                self._owed.set()
+        for gate in due:
             b = gate.breaker
             if probe_due(b, db_now) or b.state is BreakerState.HALF_OPEN:
                 await self._try_probe(gate)
+        # After the probes: a drain that sees the shares settled has seen
+        # the probes its grants allowed too.
+        if view != self._view:
+            self._view = view
+            self._wake.set()  # a grant may have grown: claim on it
+        self._short = self._gates.short(view)
 
     async def _try_probe(self, gate: Gate) -> None:
         if not gate.may_probe():
@@ -99,6 +137,28 @@ class Refresher:
             )
             self.stats.breaker_transitions.append((gate.endpoint.id, "open", "half_open"))
             self._wake.set()
+
+    @property
+    def settling(self) -> bool:
+        """Some gate runs on less than its share of the live membership
+        (this worker, or another, has not applied it yet): its grant may
+        still grow, so an empty claim is not the end of a drain."""
+        return self._short
+
+    async def settle(self) -> None:
+        """While a membership is owed, looks every SETTLE_S whether the rows
+        held above its share have drained, and then refreshes at once (which
+        publishes it): a joining worker waits for the others' rows in
+        flight, not for their next refresh."""
+        while True:
+            await self._owed.wait()
+            await asyncio.sleep(SETTLE_S)
+            view = self._view
+            if view is None or self.applied == view.live:
+                self._owed.clear()
+            elif shares.may_apply(view, self._gates.held()):
+                self._owed.clear()
+                self.changed.set()
 
     async def run(self) -> None:
         """Every `endpoint_refresh_s`, and at once when an endpoint changed

@@ -223,15 +223,16 @@ async def test_claims_spread_over_endpoints_and_still_fill_for_one_busy_endpoint
     assert len(receiver.requests_to("/busy")) == 300
 
 
-# Alone (the serial lane): one second's count is what it asserts, and six
-# other test workers on two cores stretch the notification's few ms (53 seen).
+# Alone (the serial lane): one second's count is what it asserts.
 @pytest.mark.serial
 async def test_two_workers_started_together_hold_the_rate_in_any_second(
     db_url: str, conn: asyncpg.Connection, receiver: Receiver
 ) -> None:
     """From the first request, not after a rebalance: a worker that joins
-    tells the others at once (schema 015), so over any one-second window
-    the endpoint sees its rate (plus each worker's burst of one)."""
+    sends nothing until the others have shrunk to their shares (schema
+    016), and buckets start empty, so over any one-second window the
+    endpoint sees its rate (tests/e2e/test_shared_limits.py says why one
+    more a worker at the receiver)."""
     rate = 40.0
     await add_endpoint(conn, receiver.url("/limited"), rate_per_s=rate, burst=1)
     await catalog.enqueue_bulk(conn, [(f"w{i}", "t", "{}", None) for i in range(160)])
@@ -241,9 +242,11 @@ async def test_two_workers_started_together_hold_the_rate_in_any_second(
     times = sorted(r.at for r in receiver.received)
     busiest = max(bisect.bisect_left(times, t + 1.0) - i for i, t in enumerate(times))
     # Before schema 015: 56 (each worker counted only itself until its next
-    # refresh). What is left is the few milliseconds before the other's
-    # notification lands, and the receiver's clock: 20 %.
-    assert busiest <= 1.2 * rate + 2, busiest
+    # refresh); with 015 alone, 44-48 and 53 under load (the few ms before
+    # the other's notification landed, each worker with a full bucket). Now
+    # 40-42: the senders keep to the rate, and each worker's stream may
+    # have one request held up across a window's edge on its way.
+    assert busiest <= rate + 2, busiest
 
 
 async def test_rows_claimed_ahead_wait_in_the_process_not_at_the_receiver(

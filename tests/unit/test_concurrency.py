@@ -16,7 +16,6 @@ from dispatcher.core.concurrency import (
     on_success,
     on_timeout,
 )
-from dispatcher.worker.gate import split
 
 
 def test_slow_start_reaches_the_maximum_quickly() -> None:
@@ -128,13 +127,6 @@ def test_limit_always_between_1_and_max(max_limit: int, evs: list[tuple[str, flo
         assert 1 <= s.current <= max_limit
         assert 1.0 <= s.limit <= max_limit
     assert concurrency.resize(s, 1).current == 1
-
-
-@given(st.integers(0, 10_000), st.integers(1, 64), st.integers(0, 10**9))
-def test_shares_add_up_exactly(total: int, workers: int, salt: int) -> None:
-    shares = [split(total, workers, i, salt) for i in range(workers)]
-    assert sum(shares) == total
-    assert max(shares) - min(shares) <= 1
 
 
 def _at_max(max_limit: int = 100) -> concurrency.Limit:

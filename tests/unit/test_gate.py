@@ -15,6 +15,7 @@ from dispatcher.core import concurrency
 from dispatcher.core.breaker import Breaker, BreakerState
 from dispatcher.core.models import AttemptResult, Delivery, Endpoint, Verdict
 from dispatcher.core.sendorder import SendOrder
+from dispatcher.core.shares import View
 from dispatcher.db.store import EndpointState
 from dispatcher.worker import gate as gate_module
 from dispatcher.worker.gate import Gate, Gates
@@ -31,17 +32,56 @@ def _gate(**kw: object) -> Gate:
 async def test_slow_rate_never_claims_rows_that_would_wait_past_their_lease() -> None:
     g = _gate(rate_per_s=1 / 60, burst=2, max_in_flight=10)
     g.adaptive = replace(g.adaptive, limit=10.0)
-    assert g.budget(time.monotonic()) == 2  # two tokens in the bucket, none refilling soon
-    assert g.limiter is not None
-    await g.limiter.acquire()
-    await g.limiter.acquire()
-    assert g.budget(time.monotonic()) == 0  # the next token is a minute away
+    # The bucket starts empty (a process does not know what was sent before
+    # it started), and its first token is a minute away.
+    assert g.budget(time.monotonic()) == 0
 
 
 async def test_fast_rate_claims_about_a_second_ahead() -> None:
     g = _gate(rate_per_s=50.0, burst=10, max_in_flight=1000)
     g.adaptive = replace(g.adaptive, limit=1000.0)
+    assert g.budget(time.monotonic()) in (50, 51)  # empty at first, a second's refill
+    await asyncio.sleep(0.5)
+    assert g.limiter is not None and g.limiter.tokens() == 10  # the burst caps it
     assert g.budget(time.monotonic()) == 10 + 50
+
+
+async def test_a_share_resizes_the_bucket_in_place_and_never_adds_tokens() -> None:
+    """Rows already waiting for a token go at the new rate, and a resize (a
+    worker joined or left) is no free burst. (Bounds from the loop's own
+    clock: a loaded machine only stretches the sleeps.)"""
+    loop = asyncio.get_running_loop()
+    g = _gate(rate_per_s=100.0, burst=100, max_in_flight=10)
+    bucket = g.limiter
+    assert bucket is not None and bucket.tokens() <= 1  # starts empty
+    t0 = loop.time()
+    await asyncio.sleep(0.1)
+    had = bucket.tokens()
+    assert 9 <= had <= 100 * (loop.time() - t0) + 1
+    half = View(me="a", live=("a", "b"), applied={"a": ("a", "b"), "b": ("a", "b")})
+    g.apply_share(half)
+    assert g.limiter is bucket and (bucket.capacity, bucket.rate) == (50, 50.0)
+    kept = bucket.tokens()
+    assert g.max_share == 5 and min(had, 50) <= kept <= min(had, 50) + 1
+    waiting = [asyncio.create_task(bucket.acquire()) for _ in range(kept + 5)]
+    await asyncio.sleep(0)
+    assert sum(t.done() for t in waiting) >= kept  # what was in the bucket
+    # b is not sure to have shrunk: nothing granted, the bucket stays.
+    g.apply_share(View(me="a", live=("a", "b"), applied={"a": ("a", "b"), "b": ("b",)}))
+    assert g.max_share == 0 and g.budget(time.monotonic()) == 0 and not g.sendable()
+    g.apply_share(half)
+    t0 = loop.time()
+    await asyncio.gather(*waiting)
+    # The last few waited at 50 a second (4 gaps of 20 ms), not at 100.
+    assert loop.time() - t0 >= 0.07
+    g.apply_share(None)
+    assert (bucket.capacity, bucket.rate) == (100, 100.0) and bucket.tokens() <= 2
+
+
+def test_a_newcomer_holds_nothing_until_the_others_made_room() -> None:
+    g = _gate(rate_per_s=50.0, max_in_flight=10)
+    g.apply_share(View(me="b", live=("a", "b"), applied={"a": ("a",), "b": None}))
+    assert g.max_share == 0 and g.budget(time.monotonic()) == 0 and not g.may_probe()
 
 
 def test_raising_max_in_flight_lifts_the_adaptive_ceiling() -> None:
@@ -270,17 +310,18 @@ def test_gates_registry_adds_updates_and_forgets_endpoints() -> None:
 
     gates = Gates(wire)
     ep = Endpoint(id=7, url="https://example.com/x", secrets=(SECRET,))
-    due = gates.sync([EndpointState(ep, Breaker(), None, None, 0.0)], "w", 1, 0)
+    due = gates.sync([EndpointState(ep, Breaker(), None, None, 0.0)], "w", None)
     assert due == [] and gates.ids == [7] and gates[7].endpoint == ep
     opened = Breaker(state=BreakerState.OPEN, opened_at=0.0)
     moved = replace(ep, url="https://example.com/y")
-    due = gates.sync([EndpointState(moved, opened, None, 900.0, 2.0)], "w", 2, 1)
+    two = View(me="w", live=("v", "w"), applied={"v": ("v", "w"), "w": ("v", "w")})
+    due = gates.sync([EndpointState(moved, opened, None, 900.0, 2.0)], "w", two)
     g = gates[7]
     assert due == [g] and g.wire.url == moved.url and g.breaker == opened
     assert g.p95_ms == 900.0 and g.paused_for() > 1.0 and g.max_share == 50
     gates.results_written({7: 0, 8: 0}, {7: Breaker(), 8: Breaker()})  # 8 is not ours
     assert g.breaker == Breaker()
-    gates.sync([], "w", 1, 0)
+    gates.sync([], "w", None)
     assert len(gates) == 0 and gates.ids == []
 
 
@@ -291,15 +332,15 @@ def test_a_410_outweighs_a_refresh_read_before_it_was_written() -> None:
     GONE_HOLD_S the database is believed (an operator enabled it again)."""
     gates = Gates(lambda ep: EndpointWire(ep.url, ep.secrets, ep.timeout_ms, allow_private=False))
     ep = Endpoint(id=3, url="https://example.com/x", secrets=(SECRET,))
-    gates.sync([EndpointState(ep, Breaker(), None, None, 0.0)], "w", 1, 0)
+    gates.sync([EndpointState(ep, Breaker(), None, None, 0.0)], "w", None)
     g = gates[3]
     seq = g.order.sent(time.monotonic())
     gone = AttemptResult(verdict=Verdict.PERMANENT, status_code=410, response_ms=5, gone=True)
     g.completed(seq, gone, None, 0.0)
     assert not g.endpoint.enabled
-    gates.sync([EndpointState(ep, Breaker(), None, None, 0.0)], "w", 1, 0)  # stale read
+    gates.sync([EndpointState(ep, Breaker(), None, None, 0.0)], "w", None)  # stale read
     assert not g.endpoint.enabled
-    gates.sync([EndpointState(replace(ep, enabled=False), Breaker(), None, None, 0.0)], "w", 1, 0)
+    gates.sync([EndpointState(replace(ep, enabled=False), Breaker(), None, None, 0.0)], "w", None)
     assert g.gone_at is None
-    gates.sync([EndpointState(ep, Breaker(), None, None, 0.0)], "w", 1, 0)  # enabled again
+    gates.sync([EndpointState(ep, Breaker(), None, None, 0.0)], "w", None)  # enabled again
     assert g.endpoint.enabled
