@@ -73,7 +73,13 @@ def initial(max_limit: int) -> Limit:
 
 
 def resize(s: Limit, max_limit: int) -> Limit:
-    return replace(s, max_limit=max_limit, limit=min(s.limit, float(max_limit)))
+    limit = min(s.limit, float(max_limit))
+    if s.slow_start:
+        # A limit cut to 1 by a share of nothing (a worker that has just
+        # joined holds none until the others have shrunk) starts again
+        # where slow start starts, not at 1 (five round trips later).
+        limit = max(limit, float(min(max_limit, INITIAL)))
+    return replace(s, max_limit=max_limit, limit=limit)
 
 
 def _decrease(s: Limit, factor: float, now: float) -> Limit:

@@ -37,6 +37,17 @@ def test_slow_start_triples_each_round_trip_from_32() -> None:
     assert trips == 3 and s.slow_start
 
 
+def test_a_share_of_nothing_then_the_whole_starts_slow_start_over() -> None:
+    # A worker that joins holds nothing until the others have shrunk: its
+    # limit, cut to 1 meanwhile, must not then climb from 1.
+    s = concurrency.resize(initial(312), 1)
+    assert s.current == 1
+    assert concurrency.resize(s, 312).current == concurrency.INITIAL
+    # Out of slow start a resize only caps.
+    s = on_overload(initial(312), now=0.0)
+    assert concurrency.resize(concurrency.resize(s, 1), 312).current == 1
+
+
 def test_a_hanging_endpoint_never_grows_past_the_initial_limit() -> None:
     s = initial(1000)
     for i in range(500):
