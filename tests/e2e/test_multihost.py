@@ -30,8 +30,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import asyncpg
+import pytest
 
 from tests.helpers import WORKER_ENV, add_endpoint, cli, cli_env, statuses
+from tests.pgproxy import PgProxy
 from tests.receivers import Receiver
 
 StreamHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -89,6 +91,21 @@ async def _host(handler: StreamHandler) -> AsyncIterator[str]:
             await asyncio.wait_for(server.wait_closed(), 1)
 
 
+@pytest.fixture
+async def tcp_db_url(empty_db_url: str) -> AsyncIterator[str]:
+    """empty_db_url reached over TCP: the embedded server listens on a unix
+    socket only, so a proxy on 127.0.0.1 stands in for its host there."""
+    real = urlsplit(empty_db_url).netloc.rpartition("@")[2]
+    if real and not real.startswith("%2F"):
+        yield empty_db_url
+        return
+    proxy = await PgProxy(empty_db_url).start()
+    try:
+        yield proxy.url
+    finally:
+        await proxy.stop()
+
+
 def _multi(db_url: str, *before: str, query: str = "target_session_attrs=read-write") -> str:
     """db_url with hosts put before its own."""
     parts = urlsplit(db_url)
@@ -109,10 +126,10 @@ async def _json(url: str, *args: str) -> object:
 
 
 async def test_every_command_finds_the_writable_host(
-    empty_db_url: str, receiver: Receiver, unused_tcp_port: int
+    empty_db_url: str, tcp_db_url: str, receiver: Receiver, unused_tcp_port: int
 ) -> None:
     async with _host(_standby) as standby:
-        url = _multi(empty_db_url, "127.0.0.1:1", standby)
+        url = _multi(tcp_db_url, "127.0.0.1:1", standby)
         doc = await _json(url, "migrate")
         assert doc["current"]  # type: ignore[index]
         ep = await _json(url, "endpoint", "add", "--url", receiver.url("/a"), "--event-type", "t")
@@ -217,10 +234,10 @@ async def _serves(
     assert proc.returncode == 0, err[-2000:]
 
 
-async def test_a_silent_first_host_costs_one_connect_timeout(empty_db_url: str) -> None:
+async def test_a_silent_first_host_costs_one_connect_timeout(tcp_db_url: str) -> None:
     async with _host(_silent) as silent:
         query = "target_session_attrs=read-write&connect_timeout=2"
-        url = _multi(empty_db_url, silent, query=query)
+        url = _multi(tcp_db_url, silent, query=query)
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         doc = await _json(url, "migrate")
@@ -230,9 +247,9 @@ async def test_a_silent_first_host_costs_one_connect_timeout(empty_db_url: str) 
         assert loop.time() - t0 < 9
 
 
-async def test_no_writable_host_is_one_line(empty_db_url: str) -> None:
+async def test_no_writable_host_is_one_line(tcp_db_url: str) -> None:
     async with _host(_standby) as standby:
-        url = _multi(empty_db_url, "127.0.0.1:1", standby)
+        url = _multi(tcp_db_url, "127.0.0.1:1", standby)
         parts = urlsplit(url)
         only_standby = urlunsplit(parts._replace(netloc=parts.netloc.rsplit(",", 1)[0]))
         code, out, err = await cli(only_standby, "health", "--json")

@@ -74,8 +74,10 @@ async def test_two_processes_restart_a_dead_one_and_stop_together(
         raise AssertionError(f"child {pid} still running")
     ids = Counter(r.headers["webhook-id"] for r in receiver.received)
     assert set(ids) == want
-    # Only rows in flight in the killed child may have gone twice.
-    assert sum(ids.values()) - len(ids) <= 20
+    # Only rows the killed child had sent and not yet recorded may have
+    # gone twice: those in flight (its window: 20) and those whose outcomes
+    # waited in its buffer for the next flush (at most another window's worth).
+    assert sum(ids.values()) - len(ids) <= 2 * 20
     # The killed child's rows (received, their outcomes lost with it) wait
     # for their lease and go again: nothing is lost.
     assert set(await statuses(conn)) <= {"delivered", "in_flight"}
