@@ -320,14 +320,19 @@ class Gate:
         try:
             return await fut
         except BaseException:
-            if fut.done() and not fut.cancelled() and fut.result():
+            if _handed_over(fut):
                 self.sending -= 1  # handed over as it was cancelled: give it back
                 self.place_freed()
             raise
         finally:
             timer.cancel()
-            with contextlib.suppress(ValueError):
-                self.waiting.remove(fut)
+            # place_freed popped a future it handed a place to; one that
+            # expired or was cancelled is queued still, unless place_freed
+            # skipped past it. (Not a remove() on every wait: a scan of the
+            # queue and a ValueError per row handed its place.)
+            if not _handed_over(fut):
+                with contextlib.suppress(ValueError):
+                    self.waiting.remove(fut)
 
     def place_freed(self) -> None:
         """Hands free places to the rows waiting, in order. Counted here, as
@@ -430,6 +435,10 @@ class Gate:
         if b.state is not BreakerState.HALF_OPEN:
             self.probing = False
             self.probe_sent = False
+
+
+def _handed_over(fut: asyncio.Future[bool]) -> bool:
+    return fut.done() and not fut.cancelled() and fut.result()
 
 
 def _expire(fut: asyncio.Future[bool]) -> None:
