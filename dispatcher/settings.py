@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dispatcher.core.errors import BadInput
@@ -78,6 +78,16 @@ def _fixed_window(env: Mapping[str, str]) -> int | None:
     return max(1, _int(env, "DISPATCHER_MAX_IN_FLIGHT", 0))
 
 
+@dataclass(slots=True)
+class OwnServer:
+    """Where this process's admin API listens and the token it takes: what
+    no endpoint may aim at or carry (SPEC "Limits"). Filled in by the server
+    once it is bound (a port 0 is known only then), before any request."""
+
+    origins: list[tuple[str, int]] = field(default_factory=list)
+    token: str | None = None
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Settings:
     database_url: str | None = None
@@ -115,6 +125,7 @@ class Settings:
     # Egress: every request through this HTTP proxy (DISPATCHER_HTTP_PROXY).
     http_proxy: str | None = None
     log_level: str = "info"  # DISPATCHER_LOG_LEVEL: debug, info, warning
+    own_server: OwnServer | None = None  # set by the admin server, never from the environment
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -152,6 +163,12 @@ class Settings:
             allow_private=self.allow_private_targets,
             allowed_networks=self.allowed_networks,
             names_via_proxy=self.http_proxy is not None,
+            own_origins=tuple(self.own_server.origins) if self.own_server else (),
+            credentials=tuple(
+                dict.fromkeys(
+                    t for t in (self.admin_token, self.own_server and self.own_server.token) if t
+                )
+            ),
         )
 
     def secret_box(self) -> SecretBox | None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
@@ -131,3 +133,72 @@ async def admin_api(
             yield s, f"http://{host}:{port}"
     finally:
         await runner.cleanup()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Served:
+    """A `dispatcher` command serving HTTP in its own process, as deployed."""
+
+    proc: asyncio.subprocess.Process
+    base: str
+    log: bytearray = field(default_factory=bytearray)
+
+    def alive(self) -> bool:
+        return self.proc.returncode is None
+
+    def memory_kib(self, what: str) -> int:
+        """VmHWM (the peak resident set so far) or VmRSS of the process."""
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith(what + ":"):
+                    return int(line.split()[1])
+        raise AssertionError(f"no {what} in /proc/{self.proc.pid}/status")
+
+
+@asynccontextmanager
+async def served(db_url: str, command: str = "run", **env: str) -> AsyncIterator[Served]:
+    """`dispatcher COMMAND --http 127.0.0.1:PORT` (run: the worker and its
+    admin API in one process), ready; its stderr kept in `log`. Afterwards
+    it must stop by SIGTERM with exit 0 and no traceback."""
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "dispatcher", command, "--http", f"127.0.0.1:{port}",
+        env=cli_env(db_url, **WORKER_ENV, **env),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    srv = Served(proc, f"http://127.0.0.1:{port}")
+
+    async def read_log() -> None:
+        assert proc.stderr is not None
+        while chunk := await proc.stderr.read(65536):
+            srv.log.extend(chunk)
+
+    reader = asyncio.create_task(read_log())
+    try:
+        async with aiohttp.ClientSession() as s:
+            for _ in range(300):
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with s.get(srv.base + "/readyz") as r:
+                        if r.status == 200:
+                            break
+                assert srv.alive(), srv.log.decode(errors="replace")[-2000:]
+                await asyncio.sleep(0.05)
+        yield srv
+    finally:
+        if srv.alive():
+            proc.terminate()
+        try:
+            code = await asyncio.wait_for(proc.wait(), 30)
+        except TimeoutError:
+            proc.kill()  # its loop is stuck: SIGTERM's handler never runs
+            code = await proc.wait()
+        await asyncio.wait_for(reader, 5)
+        log = srv.log.decode(errors="replace")
+        assert code == 0, log[-3000:]
+        assert "Traceback" not in log, log[-3000:]

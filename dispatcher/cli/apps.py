@@ -118,10 +118,25 @@ async def cmd_app_portal_link(args: argparse.Namespace, settings: Settings) -> i
     )
 
 
+async def cmd_app_revoke_portal(args: argparse.Namespace, settings: Settings) -> int:
+    return await report(
+        args,
+        settings,
+        lambda conn: tenancy.revoke_portal(conn, args.id),
+        lambda doc: print(
+            f"application {doc['app']}: {doc['codes']} portal codes and"
+            f" {doc['sessions']} portal sessions ended"
+        ),
+    )
+
+
 def add_app_commands(
     cmd: Callable[..., argparse.ArgumentParser], group: Callable[[str, str], Any]
 ) -> None:
-    apps = group("app", "applications (tenants): add, list, quotas, API tokens, portal links")
+    apps = group(
+        "app",
+        "applications (tenants): add, list, quotas, API tokens, portal links and revoking them",
+    )
     add = cmd("add", cmd_app_add, apps, help="create an application (an id taken: exit 2)")
     add.add_argument("id", help="1-64 of a-z, 0-9, _ and -")
     add.add_argument("--name", help="a label for people (default: the id)")
@@ -152,7 +167,11 @@ def add_app_commands(
     link.add_argument(
         "--base-url", required=True, help="where customers reach this server (https://…)"
     )
-    ttl = tenancy.DEFAULT_PORTAL_TTL_S
+    ttl, most = tenancy.DEFAULT_PORTAL_TTL_S, tenancy.MAX_PORTAL_TTL_S
     link.add_argument(
-        "--ttl-s", type=float, default=None, help=f"seconds the link works (default: {ttl:g})"
-    )
+        "--ttl-s", type=float, default=None,
+        help=f"seconds the link works, 1-{most:g} (default: {ttl:g})",
+    )  # fmt: skip
+    end = cmd("revoke-portal", cmd_app_revoke_portal, apps,
+              help="end every portal code and session of the application now")  # fmt: skip
+    end.add_argument("id", help="the application")

@@ -59,12 +59,25 @@ async def cmd_endpoint_test(args: argparse.Namespace, settings: Settings) -> int
     ).encode()
     event_type = check_event_type(args.event_type or testshot.TEST_EVENT_TYPE)
 
-    async def go(conn: asyncpg.Connection) -> int:
-        doc = await testshot.send_now(conn, settings, args.id, body, event_type=event_type)
-        emit(args, doc, lambda: _show(doc))
-        return 0 if doc["delivered"] else 1
+    shots: list[testshot.Shot] = []
 
-    return await with_conn(settings, go)
+    async def begin(conn: asyncpg.Connection) -> int:
+        shots.append(await testshot.begin(conn, settings, args.id))
+        return 0
+
+    async def end(conn: asyncpg.Connection) -> int:
+        await testshot.end(conn, shots[0])
+        return 0
+
+    # No connection held while the shot is out (at most 10 s): one to read
+    # the endpoint and take the application's lease, another to give it back.
+    await with_conn(settings, begin)
+    try:
+        doc = await testshot.fire(settings, shots[0], body, event_type=event_type)
+    finally:
+        await with_conn(settings, end)
+    emit(args, doc, lambda: _show(doc))
+    return 0 if doc["delivered"] else 1
 
 
 def _show(doc: dict[str, Any]) -> None:

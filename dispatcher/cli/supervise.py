@@ -18,7 +18,9 @@ import asyncio
 import os
 import signal
 import sys
+from pathlib import Path
 
+import dispatcher
 from dispatcher import log
 from dispatcher.core.errors import BadInput
 
@@ -63,12 +65,34 @@ def child_argv(argv: list[str], index: int) -> list[str]:
     return out
 
 
+def child_command(args: list[str]) -> list[str]:
+    """`-P`: `python -m` would otherwise put the working directory first on
+    sys.path, and a source checkout there (other code than the installed
+    package the parent runs) would be what every child imports."""
+    return [sys.executable, "-P", "-m", "dispatcher", *args]
+
+
+def child_env(env: dict[str, str]) -> dict[str, str]:
+    """`env`, with the folder the parent's own `dispatcher` came from first
+    on PYTHONPATH when a `-P` child would not find it otherwise (the parent
+    itself imported it from its working directory or through an editable
+    install's finder): a child always runs the parent's code."""
+    root = str(Path(dispatcher.__file__).resolve().parent.parent)
+    # sys.path[0] is the script's folder, or the working directory under
+    # `python -m`: the very entry -P drops in the child.
+    inherited = sys.path if sys.flags.safe_path else sys.path[1:]
+    if root in {str(Path(p).resolve()) for p in inherited if p}:
+        return env
+    previous = env.get("PYTHONPATH")
+    return {**env, "PYTHONPATH": root if not previous else root + os.pathsep + previous}
+
+
 async def supervise(n: int, database_url: str) -> int:
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
-    env = {**os.environ, "DATABASE_URL": database_url}
+    env = child_env({**os.environ, "DATABASE_URL": database_url})
     log.event("supervisor_started", processes=n, pid=os.getpid())
     children = [
         asyncio.create_task(_keep(i, env, stopping), name=f"dispatcher-child-{i}") for i in range(n)
@@ -81,7 +105,7 @@ async def supervise(n: int, database_url: str) -> int:
 async def _keep(index: int, env: dict[str, str], stopping: asyncio.Event) -> int:
     """Runs child `index` until the parent stops; restarts it when it dies.
     A child that exits 0 by itself (`--drain`) is done."""
-    argv = [sys.executable, "-m", "dispatcher", *child_argv(sys.argv[1:], index)]
+    argv = child_command(child_argv(sys.argv[1:], index))
     backoff = FIRST_BACKOFF_S
     loop = asyncio.get_running_loop()
     while True:

@@ -242,6 +242,10 @@ def fmt_number(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(x)
 
 
+# An endpoint's subscriptions: each one is matched at every enqueue.
+MAX_EVENT_TYPES = 1000
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class EndpointSpec(EndpointSettings):
     """What a user asks for when creating or updating an endpoint."""
@@ -262,6 +266,8 @@ class EndpointSpec(EndpointSettings):
             not t or len(t) > 200 or not t.isprintable() for t in self.event_types
         ):
             raise BadInput("event types must be non-empty printable strings")
+        if len(self.event_types) > MAX_EVENT_TYPES:
+            raise BadInput(f"event_types: at most {MAX_EVENT_TYPES} per endpoint")
         validate_headers(self.headers)
         validate_labels(self.name, self.description)
         validate_shape(self)
@@ -323,6 +329,9 @@ RESERVED_HEADERS = frozenset({
     "user-agent", "host", "transfer-encoding", "connection", "te", "upgrade", "expect",
     "keep-alive", "proxy-connection", "trailer",
 })  # fmt: skip
+# What ops.tenancy issues: dtk_ and 43 URL-safe characters; anything much
+# like one is refused.
+_APP_TOKEN = re.compile(r"dtk_[A-Za-z0-9_-]{16,}")
 _TOKEN_CHARS = frozenset(
     "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 )
@@ -357,3 +366,8 @@ def validate_headers(headers: tuple[tuple[str, str], ...]) -> None:
         if value.startswith("enc:v1:"):
             # The stored form of a sealed value: a plain one must not look like it.
             raise BadInput(f"header {name}: value must not start with enc:v1:")
+        if _APP_TOKEN.search(value):
+            # An application's credential sent with every delivery hands it
+            # to the receiver, or to this server (a loop, issue 32). Also
+            # what the worker checks before sending (gate: "headers invalid").
+            raise BadInput(f"header {name}: value must not carry an application token (dtk_…)")

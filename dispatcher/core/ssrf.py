@@ -205,6 +205,82 @@ class TargetPolicy:
     # Behind DISPATCHER_HTTP_PROXY the proxy resolves names: only literal
     # addresses are judged here, and the proxy must enforce the rest.
     names_via_proxy: bool = False
+    # Where this server's admin API listens, (host, port) as bound: never a
+    # target, whatever allows private ones (an endpoint aimed at its own
+    # resend route made two messages resend each other forever, issue 32).
+    own_origins: tuple[tuple[str, int], ...] = ()
+    # This server's credentials (the admin token): never in a header value,
+    # where a receiver, or this server itself, would be handed them.
+    credentials: tuple[str, ...] = ()
+
+
+_WILDCARDS = frozenset({"", "0.0.0.0", "::"})
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _plain(ip: IPAddress) -> IPAddress:
+    """The IPv4 address an IPv6 form stands for (mapped, compatible, …)."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        inner = _embedded_v4(ip)
+        if inner is not None:
+            return inner
+    return ip
+
+
+def _local_forms(ip: IPAddress) -> bool:
+    """Loopback or unspecified, in any form: what reaches a server bound to
+    a wildcard or to loopback on this host."""
+    inner = _plain(ip)
+    return ip.is_loopback or ip.is_unspecified or inner.is_loopback or inner.is_unspecified
+
+
+def own_origin_refusal(url: str, own: tuple[tuple[str, int], ...]) -> str | None:
+    """Why `url` is this server's own origin, or None. Bound to a wildcard or
+    to loopback, every loopback and unspecified form of the port is (and
+    `localhost`); bound to one address or name, that one. A name that
+    resolves to it is judged after DNS (own_address_refusal)."""
+    if not own:
+        return None
+    target = parse_target(url)
+    host = (target.host or "").rstrip(".").lower()
+    port = target.explicit_port or _DEFAULT_PORTS.get(target.scheme, 0)
+    raw = target.raw_host or ""
+    ip = literal_address(raw) or _legacy_ipv4(raw)
+    for bound_host, bound_port in own:
+        if port != bound_port:
+            continue
+        if _is_own(host, ip, bound_host.strip("[]").lower()):
+            shown = f"[{host}]" if ":" in host else host
+            return f"{shown}:{port} is this server's own address"
+    return None
+
+
+def _is_own(host: str, ip: IPAddress | None, bound: str) -> bool:
+    bound_ip = literal_address(bound)
+    local = (
+        bound in _WILDCARDS
+        or bound == "localhost"
+        or (bound_ip is not None and _local_forms(bound_ip))
+    )
+    if local and (host == "localhost" or host.endswith(".localhost")):
+        return True
+    if ip is None:
+        return host == bound
+    return (local and _local_forms(ip)) or (bound_ip is not None and _plain(ip) == _plain(bound_ip))
+
+
+def own_address_refusal(
+    host: str, port: int, addresses: list[str], own: tuple[tuple[str, int], ...]
+) -> str | None:
+    """`own_origin_refusal` for the addresses a name resolves to now."""
+    for address in addresses:
+        ip = literal_address(address)
+        if ip is None:
+            continue
+        for bound_host, bound_port in own:
+            if port == bound_port and _is_own("", ip, bound_host.strip("[]").lower()):
+                return f"{host}:{port} resolves to this server's own address"
+    return None
 
 
 def _refused(why: str) -> BadInput:
@@ -225,6 +301,9 @@ def check_target(url: str, policy: TargetPolicy) -> None:
     )
     if why is not None:
         raise _refused(why)
+    why = own_origin_refusal(url, policy.own_origins)
+    if why is not None:
+        raise BadInput(f"url refused: {why} (an endpoint may not call this server)")
 
 
 def check_resolved(host: str, addresses: list[str], policy: TargetPolicy) -> None:

@@ -57,6 +57,20 @@ async def take_event_tokens(
     return None if row is None or row["granted"] else max(0.0, float(row["wait_s"]))
 
 
+async def take_test_shot(conn: Conn, app: str, lease_s: float) -> tuple[datetime | None, float]:
+    """(the lease's end, 0) when `app` may send a test shot now; else (None,
+    the seconds until the shot that is out ends at the latest)."""
+    row = await conn.fetchrow(Q["take_test_shot"], app, lease_s)
+    assert row is not None  # a SELECT of two scalars: always one row
+    if row["lease"] is not None:
+        return row["lease"], 0.0
+    return None, max(0.0, float(row["wait_s"] or 0.0))
+
+
+async def end_test_shot(conn: Conn, app: str, lease: datetime) -> None:
+    await conn.execute(Q["end_test_shot"], app, lease)
+
+
 async def add_token(conn: Conn, app: str, digest: bytes, ttl_s: float | None) -> datetime | None:
     row = await conn.fetchrow(Q["insert_token"], app, digest, ttl_s)
     if row is None:
@@ -75,20 +89,40 @@ async def revoke_token(conn: Conn, digest: bytes) -> str | None:
     return await conn.fetchval(Q["revoke_token"], digest)  # type: ignore[no-any-return]
 
 
-async def add_portal_code(conn: Conn, app: str, digest: bytes, ttl_s: float) -> datetime:
-    expires = await conn.fetchval(Q["insert_portal_code"], digest, app, ttl_s)
-    if expires is None:
+async def add_portal_code(
+    conn: Conn, app: str, digest: bytes, ttl_s: float, minted_by: bytes | None = None
+) -> datetime | None:
+    """The code's expiry. `minted_by`, the digest of the application token
+    that asks: the code dies with it; None when that token is no longer
+    live (or not this application's). An unknown application: UnknownApplication."""
+    expires: datetime | None = await conn.fetchval(
+        Q["insert_portal_code"], digest, app, ttl_s, minted_by
+    )
+    if expires is None and minted_by is None:
         raise UnknownApplication(f"no application {app}")
-    return expires  # type: ignore[no-any-return]
+    return expires
 
 
-async def use_portal_code(conn: Conn, digest: bytes) -> tuple[str, bytes] | None:
+async def use_portal_code(conn: Conn, digest: bytes) -> tuple[str, bytes, int | None] | None:
+    """(application, stored digest, the minting token's id or None)."""
     row = await conn.fetchrow(Q["use_portal_code"], digest)
-    return None if row is None else (row["application_id"], bytes(row["code_hash"]))
+    if row is None:
+        return None
+    return row["application_id"], bytes(row["code_hash"]), row["token_id"]
 
 
-async def add_portal_session(conn: Conn, app: str, digest: bytes, ttl_s: float) -> None:
-    await conn.execute(Q["insert_portal_session"], digest, app, ttl_s)
+async def add_portal_session(
+    conn: Conn, app: str, digest: bytes, ttl_s: float, token_id: int | None = None
+) -> None:
+    await conn.execute(Q["insert_portal_session"], digest, app, ttl_s, token_id)
+
+
+async def revoke_portal(conn: Conn, app: str) -> tuple[int, int]:
+    """(codes, sessions) ended: every one of the application's."""
+    row = await conn.fetchrow(Q["revoke_portal"], app)
+    if row is None:
+        raise UnknownApplication(f"no application {app}")
+    return int(row["codes"]), int(row["sessions"])
 
 
 async def portal_session_application(conn: Conn, digest: bytes) -> tuple[str, bytes] | None:

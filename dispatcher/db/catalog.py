@@ -126,7 +126,7 @@ async def add_endpoint(
     its max_endpoints live endpoints."""
     async with conn.transaction():
         if within_quota:
-            await _check_endpoint_quota(conn, app)
+            await check_endpoint_quota(conn, app)
         try:
             row = await conn.fetchrow(
                 Q["insert_endpoint"],
@@ -141,7 +141,7 @@ async def add_endpoint(
     return _record(row)
 
 
-async def _check_endpoint_quota(conn: Conn, app: str) -> None:
+async def check_endpoint_quota(conn: Conn, app: str) -> None:
     """Locks the application's row until the insert commits, then counts
     (a statement of its own, so it sees what a create it waited for added)."""
     row = await conn.fetchrow(Q["lock_endpoint_quota"], app)
@@ -150,7 +150,8 @@ async def _check_endpoint_quota(conn: Conn, app: str) -> None:
     cap = row["max_endpoints"]
     if cap is not None and await conn.fetchval(Q["live_endpoint_count"], app) >= cap:
         raise Conflict(
-            f"application {app} has reached its quota of {cap} endpoints (max_endpoints):"
+            f"application {app} has reached its quota of {cap} endpoints and ops webhooks"
+            " (max_endpoints):"
             " delete one, or ask the operator to raise it"
         )
 
@@ -273,10 +274,11 @@ async def enqueue(
     return list(ids)
 
 
-async def event_applications(conn: Conn, event_id: str) -> list[str]:
+async def event_applications(conn: Conn, event_id: str, *, tenant: bool = False) -> list[str]:
     """The applications with deliveries of this event id (event ids are
-    unique per application)."""
-    return [r[0] for r in await conn.fetch(Q["event_applications"], event_id)]
+    unique per application). `tenant`: as a caller scoped to an application
+    sees them, the operator's ops deliveries left out."""
+    return [r[0] for r in await conn.fetch(Q["event_applications"], event_id, tenant)]
 
 
 async def release_event(conn: Conn, app: str, event_id: str) -> list[int]:
@@ -288,9 +290,12 @@ async def release_event(conn: Conn, app: str, event_id: str) -> list[int]:
     return ids
 
 
-async def cancel_event(conn: Conn, app: str, event_id: str) -> list[int]:
-    """The event's rows not yet sent (held, pending, awaiting retry) are cancelled."""
-    return list(await conn.fetchval(Q["cancel_event"], app, event_id))
+async def cancel_event(
+    conn: Conn, app: str, event_id: str, *, operator_ops: bool = True
+) -> list[int]:
+    """The event's rows not yet sent (held, pending, awaiting retry) are
+    cancelled; the operator's ops deliveries among them only with `operator_ops`."""
+    return list(await conn.fetchval(Q["cancel_event"], app, event_id, operator_ops))
 
 
 # event_id, event_type, payload, endpoint_id[, application]

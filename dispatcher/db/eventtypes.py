@@ -37,6 +37,10 @@ async def add_event_type(
     return dict(row)
 
 
+async def count_event_types(conn: Conn, app: str) -> int:
+    return int(await conn.fetchval(Q["count_event_types"], app))
+
+
 async def list_event_types(
     conn: Conn, app: str | None, include_archived: bool, limit: int, after: str | None
 ) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from dispatcher.core.errors import BadInput, NotFound
 from dispatcher.core.opsevents import OpsEvent
 from dispatcher.core.rows import OpsWebhook
 from dispatcher.core.secretbox import SecretBox, seal
-from dispatcher.db import Conn, Q, wake
+from dispatcher.db import Conn, Q, catalog, wake
 
 OPERATOR, APP = "operator", "app"
 
@@ -48,20 +48,27 @@ async def add(
     description: str | None,
     app: str | None,
     box: SecretBox | None = None,
+    *,
+    within_quota: bool = False,
 ) -> OpsWebhook:
-    """`app` None: the operator's (kept in application default)."""
-    try:
-        row = await conn.fetchrow(
-            Q["insert_ops_webhook"],
-            url,
-            seal(box, secret),
-            list(event_types),
-            description,
-            app or "default",
-            OPERATOR if app is None else APP,
-        )
-    except asyncpg.ForeignKeyViolationError:
-        raise BadInput(f"unknown application: {app}") from None
+    """`app` None: the operator's (kept in application default).
+    `within_quota`: an application's counts toward its max_endpoints, with
+    its row locked until the insert commits, as an endpoint's (catalog)."""
+    async with conn.transaction():
+        if within_quota and app is not None:
+            await catalog.check_endpoint_quota(conn, app)
+        try:
+            row = await conn.fetchrow(
+                Q["insert_ops_webhook"],
+                url,
+                seal(box, secret),
+                list(event_types),
+                description,
+                app or "default",
+                OPERATOR if app is None else APP,
+            )
+        except asyncpg.ForeignKeyViolationError:
+            raise BadInput(f"unknown application: {app}") from None
     return _record(row)
 
 
@@ -92,6 +99,11 @@ async def update(
 
 async def delete(conn: Conn, webhook_id: int) -> OpsWebhook:
     return _record(await conn.fetchrow(Q["delete_ops_webhook"], webhook_id), webhook_id)
+
+
+async def app_wanting(conn: Conn, app: str, event_type: str) -> int:
+    """The application's own ops webhooks an event of `event_type` reaches."""
+    return int(await conn.fetchval(Q["app_ops_webhooks_wanting"], app, event_type))
 
 
 async def emit(conn: Conn, events: Sequence[OpsEvent]) -> int:

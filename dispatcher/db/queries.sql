@@ -329,15 +329,17 @@ SELECT dispatcher_enqueue_app(
     hold => $8);
 
 -- name: event_applications
--- By the (event_id, endpoint_id) unique index.
+-- By the (event_id, endpoint_id) unique index. $2 (a caller scoped to an
+-- application): the operator's ops deliveries are no tenant's (018).
 SELECT DISTINCT e.application_id FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
-WHERE q.event_id = $1 ORDER BY 1;
+WHERE q.event_id = $1 AND (NOT $2::boolean OR e.ops_scope IS DISTINCT FROM 'operator')
+ORDER BY 1;
 
 -- name: release_event
 SELECT dispatcher_release_event($1, $2);
 
 -- name: cancel_event
-SELECT dispatcher_cancel_event($1, $2);
+SELECT dispatcher_cancel_event($1, $2, $3);
 
 -- name: enqueue_message
 SELECT dispatcher_enqueue_app($1, $2, $3::json, $4, channels => $5::text[],
@@ -452,9 +454,11 @@ UPDATE webhook_queue
 SET status = 'pending', attempt_count = 0, next_attempt_at = now(), updated_at = now()
 WHERE id = ANY($1::bigint[]) AND status = 'dead_letter'
   -- A deleted endpoint's dead letters stay dead: nothing would send them.
-  -- An application's token replays only its own.
+  -- An application's token replays only its own, never the operator's ops
+  -- deliveries (018), whatever its application is called.
   AND endpoint_id IN (SELECT id FROM endpoints WHERE deleted_at IS NULL
-                      AND ($2::text IS NULL OR application_id = $2))
+                      AND ($2::text IS NULL OR (application_id = $2
+                                                AND ops_scope IS DISTINCT FROM 'operator')))
 RETURNING id;
 
 -- name: replay_endpoint
@@ -513,7 +517,8 @@ SELECT id, endpoint_id, event_id, event_type, status, attempt_count, max_attempt
 FROM webhook_queue
 WHERE event_id = $1
   AND ($2::text IS NULL
-       OR endpoint_id IN (SELECT id FROM endpoints WHERE application_id = $2))
+       OR endpoint_id IN (SELECT id FROM endpoints WHERE application_id = $2
+                                     AND ops_scope IS DISTINCT FROM 'operator'))
 ORDER BY id;
 
 -- name: recent_deliveries
@@ -524,7 +529,8 @@ SELECT id, endpoint_id, event_id, event_type, status, attempt_count, max_attempt
        last_response_ms
 FROM webhook_queue
 WHERE ($1::text IS NULL
-       OR endpoint_id IN (SELECT id FROM endpoints WHERE application_id = $1))
+       OR endpoint_id IN (SELECT id FROM endpoints WHERE application_id = $1
+                                     AND ops_scope IS DISTINCT FROM 'operator'))
   AND ($2::text IS NULL OR status = $2)
   AND ($3::bigint IS NULL OR endpoint_id = $3)
 ORDER BY id DESC
@@ -564,7 +570,8 @@ SELECT id, endpoint_id, event_id, event_type, attempt_count, created_at, updated
 FROM webhook_queue
 WHERE status = 'dead_letter' AND ($1::bigint IS NULL OR endpoint_id = $1)
   AND ($3::text IS NULL
-       OR endpoint_id IN (SELECT id FROM endpoints WHERE application_id = $3))
+       OR endpoint_id IN (SELECT id FROM endpoints WHERE application_id = $3
+                                     AND ops_scope IS DISTINCT FROM 'operator'))
 ORDER BY updated_at DESC, id DESC
 LIMIT $2;
 
@@ -574,7 +581,8 @@ FROM webhook_queue w
 JOIN endpoint_latency l ON l.delivery_id = w.id
 WHERE w.event_id = $1
   AND ($2::text IS NULL
-       OR w.endpoint_id IN (SELECT id FROM endpoints WHERE application_id = $2))
+       OR w.endpoint_id IN (SELECT id FROM endpoints WHERE application_id = $2
+                                     AND ops_scope IS DISTINCT FROM 'operator'))
 ORDER BY l.delivery_id, l.measured_at;
 
 -- name: browse_deliveries
@@ -590,7 +598,7 @@ SELECT q.id, q.endpoint_id, e.application_id AS app, q.event_id, q.event_type, q
        q.attempt_count, q.max_attempts, q.created_at, q.next_attempt_at, q.delivered_at,
        q.updated_at, q.last_error, q.last_status_code, q.last_response_ms
 FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
-WHERE ($1::text IS NULL OR e.application_id = $1)
+WHERE ($1::text IS NULL OR (e.application_id = $1 AND e.ops_scope IS DISTINCT FROM 'operator'))
   AND ($2::text IS NULL OR q.status = $2)
   AND ($3::bigint IS NULL OR q.endpoint_id = $3)
   AND ($4::text IS NULL OR q.event_type = $4)
@@ -602,13 +610,15 @@ ORDER BY q.id DESC
 LIMIT $9;
 
 -- name: get_delivery
--- One delivery with its payload, of one application ($2) or any.
+-- One delivery with its payload, of one application ($2: never the
+-- operator's ops deliveries, which are no tenant's, 018) or any.
 SELECT q.id, q.endpoint_id, e.application_id AS app, q.event_id, q.event_type, q.status,
        q.attempt_count, q.max_attempts, q.created_at, q.next_attempt_at, q.delivered_at,
        q.updated_at, q.last_error, q.last_status_code, q.last_response_ms,
        q.payload::text AS payload
 FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
-WHERE q.id = $1 AND ($2::text IS NULL OR e.application_id = $2);
+WHERE q.id = $1
+  AND ($2::text IS NULL OR (e.application_id = $2 AND e.ops_scope IS DISTINCT FROM 'operator'));
 
 -- name: attempts_for_delivery
 -- Through the (endpoint_id, measured_at) index from the row's creation on:
@@ -626,7 +636,8 @@ SELECT id, endpoint_id, event_id, event_type, attempt_count, created_at, updated
 FROM webhook_queue
 WHERE status = 'dead_letter' AND ($1::bigint IS NULL OR endpoint_id = $1)
   AND ($3::text IS NULL
-       OR endpoint_id IN (SELECT id FROM endpoints WHERE application_id = $3))
+       OR endpoint_id IN (SELECT id FROM endpoints WHERE application_id = $3
+                                     AND ops_scope IS DISTINCT FROM 'operator'))
   AND ($4::timestamptz IS NULL OR (updated_at, id) < ($4, $5::bigint))
 ORDER BY updated_at DESC, id DESC
 LIMIT $2;
@@ -642,7 +653,9 @@ WHERE id IN (
     WHERE q.status = 'dead_letter' AND q.updated_at >= $2
       AND ($3::timestamptz IS NULL OR q.updated_at < $3)
       AND q.endpoint_id IN (SELECT id FROM endpoints WHERE deleted_at IS NULL
-                            AND ($1::text IS NULL OR application_id = $1))
+                            AND ($1::text IS NULL
+                                 OR (application_id = $1
+                                     AND ops_scope IS DISTINCT FROM 'operator')))
     ORDER BY q.updated_at, q.id
     LIMIT $4
     FOR UPDATE SKIP LOCKED)
@@ -839,8 +852,12 @@ RETURNING id, name, max_endpoints, max_events_per_s;
 SELECT max_endpoints FROM applications WHERE id = $1 FOR NO KEY UPDATE;
 
 -- name: live_endpoint_count
+-- What max_endpoints counts: endpoints and the application's own ops
+-- webhooks (issue 32: each is a delivery per change); the operator's,
+-- kept in default, are no application's.
 SELECT count(*) FROM endpoints
-WHERE application_id = $1 AND deleted_at IS NULL AND kind = 'webhook';
+WHERE application_id = $1 AND deleted_at IS NULL
+  AND (kind = 'webhook' OR (kind = 'ops' AND ops_scope = 'app'));
 
 -- name: take_event_tokens
 -- The events quota (schema 009): $2 tokens from the bucket of application
@@ -873,6 +890,24 @@ FROM applications
 WHERE id = (SELECT id FROM app) AND max_events_per_s IS NOT NULL
   AND NOT EXISTS (SELECT FROM took);
 
+-- name: take_test_shot
+-- The test-shot lease of application $1 (schema 019) for $2 seconds, if no
+-- live one is there: concurrent takes wait on the row lock and re-read it,
+-- so one wins. Returns the lease's end and, when refused, the seconds left
+-- on the one that is out.
+WITH took AS (
+    UPDATE applications SET test_shot_until = statement_timestamp() + make_interval(secs => $2)
+    WHERE id = $1 AND (test_shot_until IS NULL OR test_shot_until <= statement_timestamp())
+    RETURNING test_shot_until
+)
+SELECT (SELECT test_shot_until FROM took) AS lease,
+       (SELECT extract(epoch FROM test_shot_until - statement_timestamp())::float8
+        FROM applications WHERE id = $1) AS wait_s;
+
+-- name: end_test_shot
+-- Only the lease this shot took: one that expired and was taken again stays.
+UPDATE applications SET test_shot_until = NULL WHERE id = $1 AND test_shot_until = $2;
+
 -- name: insert_token
 INSERT INTO application_tokens (application_id, token_hash, expires_at)
 SELECT $1, $2, CASE WHEN $3::float8 IS NULL THEN NULL
@@ -892,27 +927,59 @@ WHERE token_hash = $1
 RETURNING application_id, revoked_at;
 
 -- name: insert_portal_code
-INSERT INTO portal_codes (code_hash, application_id, expires_at)
-SELECT $1, $2, now() + make_interval(secs => $3)
-WHERE EXISTS (SELECT 1 FROM applications WHERE id = $2)
+-- $4: the digest of the application token that asks (NULL: the operator).
+-- Such a code records the token, expires no later than it, and is not made
+-- at all unless the token is live and of this application (018).
+INSERT INTO portal_codes (code_hash, application_id, expires_at, token_id)
+SELECT $1, a.id, least(now() + make_interval(secs => $3), t.expires_at), t.id
+FROM applications a
+LEFT JOIN application_tokens t ON t.token_hash = $4 AND t.application_id = a.id
+WHERE a.id = $2
+  AND ($4::bytea IS NULL OR (t.id IS NOT NULL AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now())))
 RETURNING expires_at;
 
 -- name: use_portal_code
--- Once: the first caller marks it used; a second, or a late one, gets nothing.
-UPDATE portal_codes SET used_at = now()
-WHERE code_hash = $1 AND used_at IS NULL AND expires_at > now()
-RETURNING application_id, code_hash;
+-- Once: the first caller marks it used; a second, or a late one, gets
+-- nothing; nor does one whose minting token was revoked or expired (018).
+UPDATE portal_codes c SET used_at = now()
+WHERE c.code_hash = $1 AND c.used_at IS NULL AND c.expires_at > now()
+  AND (c.token_id IS NULL
+       OR EXISTS (SELECT 1 FROM application_tokens t WHERE t.id = c.token_id
+                  AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now())))
+RETURNING c.application_id, c.code_hash, c.token_id;
 
 -- name: insert_portal_session
-INSERT INTO portal_sessions (session_hash, application_id, expires_at)
-VALUES ($1, $2, now() + make_interval(secs => $3));
+-- $4: the token that minted the code it was opened with, if any: the
+-- session ends no later than that token (018).
+INSERT INTO portal_sessions (session_hash, application_id, expires_at, token_id)
+SELECT $1, $2,
+       least(now() + make_interval(secs => $3),
+             (SELECT expires_at FROM application_tokens WHERE id = $4)),
+       $4;
 
 -- name: portal_session_application
-SELECT application_id, session_hash FROM portal_sessions
-WHERE session_hash = $1 AND expires_at > now();
+-- A session whose code's minting token was revoked (or expired) is over.
+SELECT s.application_id, s.session_hash FROM portal_sessions s
+LEFT JOIN application_tokens t ON t.id = s.token_id
+WHERE s.session_hash = $1 AND s.expires_at > now()
+  AND (s.token_id IS NULL OR (t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now())));
 
 -- name: delete_portal_session
 DELETE FROM portal_sessions WHERE session_hash = $1;
+
+-- name: revoke_portal
+-- `app revoke-portal`: every code and session of the application gone; the
+-- counts are of those that could still have signed in or acted.
+WITH codes AS (
+    DELETE FROM portal_codes WHERE application_id = $1
+    RETURNING used_at IS NULL AND expires_at > now() AS live
+), sessions AS (
+    DELETE FROM portal_sessions WHERE application_id = $1
+    RETURNING expires_at > now() AS live
+)
+SELECT (SELECT count(*) FROM codes WHERE live) AS codes,
+       (SELECT count(*) FROM sessions WHERE live) AS sessions
+FROM applications WHERE id = $1;
 
 -- name: prune_portal
 -- Expired sessions and codes past any use.
@@ -1071,6 +1138,10 @@ ON CONFLICT ON CONSTRAINT event_types_scope_name DO NOTHING
 RETURNING application_id AS app, name, description, schemas::text AS schemas,
           archived_at, feature_flag, created_at, updated_at;
 
+-- name: count_event_types
+-- An application's own types, archived ones included (its limit counts rows).
+SELECT count(*) FROM event_types WHERE application_id = $1;
+
 -- name: list_event_types
 -- What one scope sees: the catalogue-wide types and, with an application,
 -- its own; by name (then catalogue-wide first), a page after the name $4.
@@ -1176,3 +1247,23 @@ UPDATE endpoints
 SET deleted_at = now(), enabled = false, disabled_reason = 'deleted', updated_at = now()
 WHERE id = $1 AND kind = 'ops' AND deleted_at IS NULL
 RETURNING *;
+
+-- name: app_ops_webhooks_wanting
+-- How many of application $1's own ops webhooks an operational event of
+-- type $2 reaches (as dispatcher_ops_emit picks them, schema 011): the
+-- deliveries a tenant's change costs its events quota.
+SELECT count(*) FROM endpoints
+WHERE kind = 'ops' AND ops_scope = 'app' AND application_id = $1
+  AND deleted_at IS NULL AND enabled
+  AND (event_types @> ARRAY[$2::text] OR event_types @> '{*}');
+
+-- name: expire_held
+-- A held row no one released in 366 days (the furthest deliver_at allows)
+-- goes to dead letter with its reason, a batch at a time: nothing waits
+-- forever, and the operator can still replay it (webhook_queue_held_idx).
+UPDATE webhook_queue
+SET status = 'dead_letter', last_error = 'held past 366 days: never released',
+    locked_by = NULL, updated_at = now()
+WHERE id IN (SELECT id FROM webhook_queue
+             WHERE status = 'held' AND created_at < now() - interval '366 days'
+             LIMIT $1 FOR UPDATE SKIP LOCKED);

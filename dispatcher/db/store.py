@@ -333,6 +333,7 @@ async def maintain(
         await latency.refresh_percentiles(conn, window_s)
         await conn.execute(Q["prune_secrets"])
         await conn.execute(Q["idempotency_prune"], batch)
+        await conn.execute(Q["expire_held"], batch)
     if retention_s is None:
         return cursor
     for _ in range(max_batches):

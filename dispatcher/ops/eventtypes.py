@@ -22,15 +22,22 @@ feature_flag, created_at, updated_at (ISO-8601).
 
 from __future__ import annotations
 
+import asyncio
+import sys
+import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
-from dispatcher.core.errors import BadInput, Forbidden, NotFound, Unprocessable
+from dispatcher.core import eventschema
+from dispatcher.core.errors import BadInput, Conflict, Forbidden, NotFound, Throttled, Unprocessable
 from dispatcher.core.eventschema import (
+    Budget,
+    OverBudget,
     Validator,
     check_name,
     check_schema,
@@ -44,6 +51,11 @@ from dispatcher.ops.tenancy import check_app
 
 MAX_DESCRIPTION = 2000
 DEFAULT_LIST, MAX_LIST = 100, 1000  # as every list route: a larger limit is taken as 1000
+MAX_TYPES = 1000  # an application's own event types, archived ones included (SPEC "Limits")
+MAX_VERSIONS = 10  # schema versions one type keeps
+SWITCH_S = 0.0005
+PAUSE_S = 0.0002  # a costly check's pause every 0.5 ms of its work: the event loop's turn
+PAGE_BYTES = 1 << 20  # of schemas in one page of a list: a page ends early past it
 PATCH_FIELDS = frozenset({"description", "schema", "schemas", "archived", "feature_flag"})
 
 
@@ -98,9 +110,10 @@ def _feature_flag(value: Any) -> str | None:
         raise BadInput("feature_flag must be 1-256 of A-Z, a-z, 0-9, _, . and -") from None
 
 
-def _schemas_text(schema: Any, schemas: Any) -> str | None:
+async def _schemas_text(schema: Any, schemas: Any, scope: str | None) -> str | None:
     """`schema` (one version, ours) or `schemas` (Svix's map of version to
-    schema) as the stored JSON text; each version checked."""
+    schema) as the stored JSON text; each version checked, off the event
+    loop (see _off_loop)."""
     if schemas is not None:
         if schema is not None:
             raise BadInput("give schema or schemas, not both")
@@ -108,12 +121,14 @@ def _schemas_text(schema: Any, schemas: Any) -> str | None:
             isinstance(k, str) and k.isascii() and k.isdigit() and 0 < len(k) < 10 for k in schemas
         ):
             raise BadInput('schemas must map versions ("1", "2", …) to JSON Schemas')
+        if len(schemas) > MAX_VERSIONS:
+            raise BadInput(f"schemas may hold at most {MAX_VERSIONS} versions")
         for version in schemas.values():
-            check_schema(version)
+            await _off_loop(scope, check_schema, version)
         return orjson.dumps(schemas).decode() if schemas else None
     if schema is None:
         return None
-    return orjson.dumps({"1": check_schema(schema)}).decode()
+    return orjson.dumps({"1": await _off_loop(scope, check_schema, schema)}).decode()
 
 
 # ---------------------------------------------------------------- operations
@@ -130,11 +145,14 @@ async def add_event_type(
     schemas: Any = None,
 ) -> dict[str, Any]:
     """A new type in `app`'s scope (None: catalogue-wide); a name taken
-    there is Conflict, an invalid schema BadInput."""
-    row = await eventtypes.add_event_type(
-        conn, _scope(app), check_name(name), _description(description),
-        _schemas_text(schema, schemas), _feature_flag(feature_flag),
-    )  # fmt: skip
+    there, or an application at MAX_TYPES, is Conflict, an invalid schema
+    BadInput."""
+    scope, name = _scope(app), check_name(name)
+    description, flag = _description(description), _feature_flag(feature_flag)
+    if scope is not None and await eventtypes.count_event_types(conn, scope) >= MAX_TYPES:
+        raise Conflict(f"application {scope} has reached its limit of {MAX_TYPES} event types")
+    text = await _schemas_text(schema, schemas, scope)
+    row = await eventtypes.add_event_type(conn, scope, name, description, text, flag)
     return event_type_public(row)
 
 
@@ -146,7 +164,20 @@ async def list_event_types(
     after: str | None = None,
 ) -> list[dict[str, Any]]:
     """What `app` sees (None: the catalogue-wide types), by name; at most
-    `limit` (default 100), after the name `after` (a page's last)."""
+    `limit` (default 100), after the name `after` (a page's last), and
+    fewer where their schemas pass PAGE_BYTES."""
+    return (await list_event_types_page(conn, app, include_archived, limit, after))[0]
+
+
+async def list_event_types_page(
+    conn: Conn,
+    app: Any = None,
+    include_archived: bool = False,
+    limit: int | None = None,
+    after: str | None = None,
+) -> tuple[list[dict[str, Any]], bool]:
+    """list_event_types, and whether PAGE_BYTES cut the page short (more
+    may follow even though fewer than `limit` came)."""
     scope = _scope(app)
     if scope is not None:
         await applications.require_applications(conn, [scope])
@@ -154,7 +185,19 @@ async def list_event_types(
         raise BadInput("limit must be a positive integer")
     cap = DEFAULT_LIST if limit is None else min(limit, MAX_LIST)
     rows = await eventtypes.list_event_types(conn, scope, bool(include_archived), cap, after)
-    return [event_type_public(r) for r in rows]
+    kept = _within_page_bytes(rows)
+    return [event_type_public(r) for r in kept], len(kept) < len(rows)
+
+
+def _within_page_bytes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first rows whose schemas fit PAGE_BYTES (at least one): a list
+    of many large schemas is read a page at a time, not built whole."""
+    total = 0
+    for n, row in enumerate(rows):
+        total += len(row["schemas"] or "")
+        if total > PAGE_BYTES and n:
+            return rows[:n]
+    return rows
 
 
 async def get_event_type(conn: Conn, name: Any, app: Any = None) -> dict[str, Any]:
@@ -193,7 +236,7 @@ async def update_event_type(
     if "description" in patch:
         changes["description"] = _description(patch["description"])
     if "schema" in patch or "schemas" in patch:
-        changes["schemas"] = _schemas_text(patch.get("schema"), patch.get("schemas"))
+        changes["schemas"] = await _schemas_text(patch.get("schema"), patch.get("schemas"), scope)
     if "feature_flag" in patch:
         changes["feature_flag"] = _feature_flag(patch["feature_flag"])
     if "archived" in patch:
@@ -261,10 +304,14 @@ async def validate_payload(
     `payload` (JSON text or bytes, or a value). One indexed lookup; the
     payload is parsed only when the type has a schema."""
     governing = await eventtypes.type_for_enqueue(conn, event_type, app, endpoint_id)
-    _check(event_type, governing, payload)
+    await _check(event_type, governing, payload, app)
 
 
-def _check(event_type: str, governing: eventtypes.Governing | None, payload: Any) -> None:
+async def _check(
+    event_type: str, governing: eventtypes.Governing | None, payload: Any, sender: str | None
+) -> None:
+    """`sender`: the application sending (None: as enqueue resolves it),
+    whose one costly check at a time this may be."""
     if governing is None:
         return
     if governing.archived:
@@ -273,9 +320,28 @@ def _check(event_type: str, governing: eventtypes.Governing | None, payload: Any
         return
     validator = _validator((governing.app, event_type, governing.updated_at), governing.schema)
     doc = orjson.loads(payload) if isinstance(payload, str | bytes) else payload
-    where = _first_error(validator, doc)
+    try:  # most payloads are small: checked here, in a few milliseconds at most
+        inline = Budget.timed(eventschema.INLINE_STEPS, time.monotonic, eventschema.INLINE_SECONDS)
+        where = _first_error(validator, doc, inline)
+    except OverBudget:
+        where = await _off_loop(sender, _checked_within_budget, validator, doc, event_type)
     if where is not None:
         raise Unprocessable(f"payload does not match event type {event_type}'s schema at {where}")
+
+
+def _pause() -> None:
+    time.sleep(PAUSE_S)
+
+
+def _checked_within_budget(validator: Validator, doc: Any, event_type: str) -> str | None:
+    budget = Budget.timed(eventschema.STEPS, time.monotonic, eventschema.SECONDS, _pause)
+    try:
+        return _first_error(validator, doc, budget)
+    except OverBudget:
+        raise Unprocessable(
+            f"payload is too costly to check against event type {event_type}'s schema"
+            " (past the validation budget): send a smaller payload or simplify the schema"
+        ) from None
 
 
 async def validate_events(conn: Conn, events: Iterable[Event]) -> None:
@@ -287,6 +353,32 @@ async def validate_events(conn: Conn, events: Iterable[Event]) -> None:
         if key not in found:
             found[key] = await eventtypes.type_for_enqueue(conn, event_type, app, endpoint)
         try:
-            _check(event_type, found[key], payload)
+            await _check(event_type, found[key], payload, app)
         except Unprocessable as exc:
             raise Unprocessable(f"event {event_id}: {exc}") from None
+
+
+# ---------------------------------------------------------------- off the event loop
+
+# Costly checks (a metaschema check, a large payload's validation) run on
+# these threads, never on the event loop: two, so that one application's
+# check never waits for another's more than one budget. Each check is
+# bounded by its budget, and an application has at most one running: a
+# second is refused at once (429) rather than queued, because its caller
+# holds a pooled database connection while it waits.
+_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="dispatcher-schema")
+_CHECKING: set[str | None] = set()
+_T = TypeVar("_T")
+
+
+async def _off_loop(scope: str | None, fn: Callable[..., _T], *args: Any) -> _T:
+    if scope in _CHECKING:
+        raise Throttled(
+            "another schema check of this application is still running: retry in 1 s", 1
+        )
+    _CHECKING.add(scope)
+    sys.setswitchinterval(SWITCH_S)
+    try:
+        return await asyncio.get_running_loop().run_in_executor(_POOL, fn, *args)
+    finally:
+        _CHECKING.discard(scope)

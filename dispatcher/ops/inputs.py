@@ -13,7 +13,7 @@ import sys
 import uuid
 from collections.abc import Mapping
 from dataclasses import fields
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -214,6 +214,31 @@ def parse_time(value: Any, name: str) -> datetime | None:
         return t.astimezone(UTC)
     except OverflowError:
         raise BadInput(f"{name} is out of range") from None
+
+
+# How far ahead a delivery may be scheduled (deliver_at, Svix's deliverAt,
+# delay_s): a year and a day, so no row waits in the queue for ever.
+MAX_AHEAD = timedelta(days=366)
+
+
+def check_deliver_at(value: Any, name: str, now: datetime | None = None) -> datetime | None:
+    """parse_time, and at most MAX_AHEAD after `now` (the clock's by default)."""
+    at = parse_time(value, name)
+    if at is not None and at > (now or datetime.now(UTC)) + MAX_AHEAD:
+        raise BadInput(f"{name} must be at most {MAX_AHEAD.days} days ahead")
+    return at
+
+
+# Application and endpoint metadata, as serialized JSON (SPEC "Limits").
+MAX_METADATA_BYTES = 16 * 1024
+
+
+def check_metadata_size(value: Mapping[str, Any], name: str = "metadata") -> None:
+    size = len(orjson.dumps(value))
+    if size > MAX_METADATA_BYTES:
+        raise BadInput(
+            f"{name} is {size} bytes of JSON, over the limit of {MAX_METADATA_BYTES} (16 KiB)"
+        )
 
 
 def check_number(value: Any, name: str, low: float, high: float) -> float:

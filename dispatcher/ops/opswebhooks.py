@@ -89,16 +89,22 @@ async def add(
     description: Any = None,
     box: SecretBox | None = None,
     targets: TargetPolicy | None = None,
+    within_quota: bool = False,
 ) -> dict[str, Any]:
     """A new ops webhook; `app` None: the operator's. Without `secret`, a
-    new whsec_ one; the answer carries it (and only this answer does)."""
+    new whsec_ one; the answer carries it (and only this answer does).
+    `within_quota` (the HTTP API): an application's counts toward its
+    max_endpoints (Conflict past it), as endpoints do; the operator's own
+    count toward nothing."""
     types = check_event_types(event_types)
     if app is not None:
         app = check_app(app)
         await applications.require_applications(conn, [app])
     url, description = await _checked(url, description, secret, targets)
     secret = secret or new_secret(None)
-    record = await db.add(conn, url, secret, types, description, app, box)
+    record = await db.add(
+        conn, url, secret, types, description, app, box, within_quota=within_quota
+    )
     return public(record, secret=secret)
 
 

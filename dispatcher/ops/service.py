@@ -32,11 +32,19 @@ from dispatcher.core.signing import (
     public_key,
     validate_secret,
 )
-from dispatcher.core.ssrf import TargetPolicy, check_resolved, check_target, parse_target
+from dispatcher.core.ssrf import (
+    TargetPolicy,
+    check_resolved,
+    check_target,
+    literal_address,
+    own_address_refusal,
+    parse_target,
+)
 from dispatcher.db import Conn, applications, catalog, columns, deliveries, opswebhooks
 from dispatcher.ops.eventtypes import validate_events, validate_payload
 from dispatcher.ops.inputs import (
     DEFAULT_MAX_PAYLOAD_BYTES,
+    check_deliver_at,
     check_event_id,
     check_event_type,
     check_id,
@@ -70,10 +78,15 @@ async def vet_target(url: str, targets: TargetPolicy, style: str = "brace") -> N
     connection after DNS anyway, and a receiver's DNS may go live later."""
     url = url_sample(url, style)
     check_target(url, targets)
-    if targets.allow_private or targets.names_via_proxy:
+    # This server's own origin is refused whatever allows private targets:
+    # a name for it (localhost.example, the host's own name) is judged by
+    # what it resolves to now.
+    judge_private = not (targets.allow_private or targets.names_via_proxy)
+    if not judge_private and not targets.own_origins:
         return
-    host = parse_target(url).host
-    if host is None:
+    target = parse_target(url)
+    host = target.host
+    if host is None or literal_address(target.raw_host or "") is not None:
         return
     loop = asyncio.get_running_loop()
     try:
@@ -82,7 +95,29 @@ async def vet_target(url: str, targets: TargetPolicy, style: str = "brace") -> N
         )
     except (OSError, TimeoutError, UnicodeError):
         return
-    check_resolved(host, [str(info[4][0]) for info in infos], targets)
+    addresses = [str(info[4][0]) for info in infos]
+    port = target.explicit_port or (443 if target.scheme == "https" else 80)
+    why = own_address_refusal(host, port, addresses, targets.own_origins)
+    if why is not None:
+        raise BadInput(f"url refused: {why} (an endpoint may not call this server)")
+    if judge_private:
+        check_resolved(host, addresses, targets)
+
+
+def check_credentials(headers: Sequence[tuple[str, str]], targets: TargetPolicy | None) -> None:
+    """No header value may carry this server's admin token (application
+    tokens are refused by the spec's own checks, validate_headers): sent
+    with every delivery, it would hand the operator's credential to the
+    receiver, or let an endpoint drive this server's API. A short token
+    (allowed on loopback) counts only as a whole word, not inside others."""
+    if targets is None:
+        return
+    for name, value in headers:
+        if value == HEADER_MASK:
+            continue
+        for token in targets.credentials:
+            if token in value.split() or (len(token) >= 16 and token in value):
+                raise BadInput(f"header {name}: value must not carry this server's credentials")
 
 
 def endpoint_public(record: EndpointRecord, *, secret: str | None = None) -> dict[str, Any]:
@@ -134,6 +169,7 @@ async def add_endpoint(
     targets: TargetPolicy | None = None,
     app: str | None = None,
     within_quota: bool = False,
+    charged: bool = False,
 ) -> dict[str, Any]:
     """Creates an endpoint of `app` (None: the default application);
     without a secret in `spec`, one of `signature`'s scheme.
@@ -148,17 +184,31 @@ async def add_endpoint(
         await vet_target(spec.url, targets, spec.macro_style)
     if any(value == HEADER_MASK for _, value in spec.headers):
         raise BadInput(f"a header value {HEADER_MASK} only keeps a stored value in an update")
+    check_credentials(spec.headers, targets)
     secret = spec.secret or new_secret(signature)
     app = check_app(app or DEFAULT_APP)
     async with conn.transaction():
         record = await catalog.add_endpoint(conn, spec, secret, box, app, within_quota=within_quota)
-        await _announce(conn, opsevents.ENDPOINT_CREATED, record.id)
+        await _announce(conn, opsevents.ENDPOINT_CREATED, record.id, charge=_charge(app, charged))
     return endpoint_public(record, secret=secret)
 
 
-async def _announce(conn: Conn, event_type: str, endpoint_id: int, **extra: Any) -> None:
+async def _announce(
+    conn: Conn, event_type: str, endpoint_id: int, *, charge: str | None = None, **extra: Any
+) -> None:
     """An endpoint.* operational event, in the change's own transaction:
-    queued if and only if the change commits."""
+    queued if and only if the change commits.
+
+    `charge` (the change was made with that application's own credential,
+    `charged` in the callers): one event of its max_events_per_s per
+    delivery to its own ops webhooks, or Throttled and the change rolls
+    back, so that ops webhooks do not multiply changes past the quota
+    (issue 32). The operator's ops webhooks are told for free: they are
+    the operator's, and the change itself was the tenant's to make."""
+    if charge is not None:
+        n = await opswebhooks.app_wanting(conn, charge, event_type)
+        if n:
+            await take_event_quota(conn, charge, n)
     event = opsevents.OpsEvent(event_type, endpoint_id, extra=extra or None)
     await opswebhooks.emit(conn, [event])
 
@@ -171,6 +221,7 @@ async def update_endpoint(
     box: SecretBox | None = None,
     targets: TargetPolicy | None = None,
     app: str | None = None,
+    charged: bool = False,
 ) -> dict[str, Any]:
     """Applies `patch` over the endpoint's current settings, validated whole
     (the URL again too, as at creation). Headers not in `patch` stay as they
@@ -200,10 +251,16 @@ async def update_endpoint(
             check_target(url_sample(spec.url, spec.macro_style), targets)
         stored = current.headers
         if "headers" in patch:
+            check_credentials(spec.headers, targets)
             stored = _patched_headers(current.headers, spec.headers, box)
         record = await catalog.update_endpoint(conn, endpoint_id, spec, stored, box)
-        await _announce(conn, opsevents.ENDPOINT_UPDATED, endpoint_id)
+        await _announce(conn, opsevents.ENDPOINT_UPDATED, endpoint_id, charge=_charge(app, charged))
     return endpoint_public(record)
+
+
+def _charge(app: str | None, charged: bool) -> str | None:
+    """The application `_announce` charges: the caller's own, when `charged`."""
+    return check_app(app) if charged and app is not None else None
 
 
 def _patched_headers(
@@ -222,17 +279,18 @@ def _patched_headers(
 
 
 async def set_enabled(
-    conn: Conn, endpoint_id: int, enabled: bool, app: str | None = None
+    conn: Conn, endpoint_id: int, enabled: bool, app: str | None = None, *, charged: bool = False
 ) -> dict[str, Any]:
     """Stops or resumes deliveries to an endpoint; nothing queued is lost."""
     await catalog.check_owner(conn, endpoint_id, app)
     async with conn.transaction():
         record = await catalog.set_enabled(conn, endpoint_id, enabled)
         if enabled:
-            await _announce(conn, opsevents.ENDPOINT_ENABLED, endpoint_id)
+            await _announce(conn, opsevents.ENDPOINT_ENABLED, endpoint_id,
+                            charge=_charge(app, charged))  # fmt: skip
         else:
             await _announce(conn, opsevents.ENDPOINT_DISABLED, endpoint_id,
-                            reason=opsevents.OPERATOR)  # fmt: skip
+                            charge=_charge(app, charged), reason=opsevents.OPERATOR)  # fmt: skip
     return endpoint_public(record)
 
 
@@ -282,7 +340,12 @@ async def get_endpoint(conn: Conn, endpoint_id: int, app: str | None = None) -> 
 
 
 async def delete_endpoint(
-    conn: Conn, endpoint_id: int, force: bool = False, app: str | None = None
+    conn: Conn,
+    endpoint_id: int,
+    force: bool = False,
+    app: str | None = None,
+    *,
+    charged: bool = False,
 ) -> dict[str, Any]:
     """Deletes an endpoint: it is no longer listed and gets nothing more; its
     dead letters and history stay. Refused (Conflict) while it has pending,
@@ -294,7 +357,7 @@ async def delete_endpoint(
     await catalog.check_owner(conn, endpoint_id, app)
     async with conn.transaction():
         record, dead = await catalog.delete_endpoint(conn, endpoint_id, force=force)
-        await _announce(conn, opsevents.ENDPOINT_DELETED, endpoint_id)
+        await _announce(conn, opsevents.ENDPOINT_DELETED, endpoint_id, charge=_charge(app, charged))
     return {"id": record.id, "url": record.url, "deleted": True, "dead_lettered": dead}
 
 
@@ -341,7 +404,8 @@ def _schedule(deliver_at: Any, delay_s: Any, hold: Any) -> dict[str, Any]:
     if not isinstance(hold, bool):
         raise BadInput("hold must be true or false")
     delay = None if delay_s is None else check_number(delay_s, "delay_s", 0, MAX_DELAY_S)
-    return {"deliver_at": parse_time(deliver_at, "deliver_at"), "delay_s": delay, "hold": hold}
+    at = check_deliver_at(deliver_at, "deliver_at")
+    return {"deliver_at": at, "delay_s": delay, "hold": hold}
 
 
 async def release_event(conn: Conn, event_id: str, app: str | None = None) -> dict[str, Any]:
@@ -359,8 +423,11 @@ async def cancel_event(conn: Conn, event_id: str, app: str | None = None) -> dic
     retry): status `cancelled`, never sent. One on the wire finishes.
     `{"event_id", "cancelled": [ids]}`."""
     event_id = _event_id(event_id)
-    app = await _event_app(conn, event_id, app)
-    return {"event_id": event_id, "cancelled": await catalog.cancel_event(conn, app, event_id)}
+    # Named (an application's caller, or the operator naming one): the
+    # operator's ops deliveries are no tenant's and stay (issue 32).
+    of = await _event_app(conn, event_id, app)
+    cancelled = await catalog.cancel_event(conn, of, event_id, operator_ops=app is None)
+    return {"event_id": event_id, "cancelled": cancelled}
 
 
 def _event_id(value: Any) -> str:
@@ -375,7 +442,7 @@ async def _event_app(conn: Conn, event_id: str, app: str | None) -> str:
     or the operator naming one) if it has the event; for the operator
     without one, the one application that has it. NotFound otherwise (the
     message names neither the id nor another application)."""
-    apps = await catalog.event_applications(conn, event_id)
+    apps = await catalog.event_applications(conn, event_id, tenant=app is not None)
     if app is not None:
         if check_app(app) not in apps:
             raise NotFound(f"no such event in application {app}")
@@ -489,11 +556,36 @@ async def replay(
     until: str | datetime | None = None,
     limit: int | None = None,
     app: str | None = None,
+    within_quota: bool = False,
 ) -> Replayed:
     """Moves dead letters back to pending with a fresh attempt budget: the
     given ids, or an endpoint's (optionally only those that died between
     `since` and `until`, at most `limit` per call), or without an endpoint
-    those of every endpoint (of `app`) that died since `since`."""
+    those of every endpoint (of `app`) that died since `since`.
+
+    `within_quota` (an application's own credential): the deliveries it
+    requeues are taken from `app`'s max_events_per_s, in the same
+    transaction, so that past the quota (Throttled) nothing is requeued. A
+    call of more than the bucket holds passes when it is full and leaves it
+    in debt, as a large take of events does: the average rate holds."""
+    if not within_quota:
+        return await _replay(conn, ids, endpoint_id, since, until, limit, app)
+    async with conn.transaction():
+        done = await _replay(conn, ids, endpoint_id, since, until, limit, app)
+        if done.requeued:
+            await take_event_quota(conn, app, done.requeued)
+    return done
+
+
+async def _replay(
+    conn: Conn,
+    ids: Sequence[int] | None,
+    endpoint_id: int | None,
+    since: str | datetime | None,
+    until: str | datetime | None,
+    limit: int | None,
+    app: str | None,
+) -> Replayed:
     if ids is not None and endpoint_id is not None:
         raise BadInput("use either ids or an endpoint, not both")
     if ids is not None:

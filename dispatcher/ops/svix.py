@@ -20,12 +20,17 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from dispatcher.core.errors import BadInput, Conflict, NotFound
+from dispatcher.core.errors import BadInput, Conflict, Forbidden, NotFound
 from dispatcher.db import Conn
 from dispatcher.db import svix as store
 from dispatcher.ops import service, tenancy
 from dispatcher.ops.eventtypes import validate_payload
-from dispatcher.ops.inputs import check_event_type, parse_time, payload_text
+from dispatcher.ops.inputs import (
+    check_deliver_at,
+    check_event_type,
+    check_metadata_size,
+    payload_text,
+)
 
 UID = re.compile(r"[a-zA-Z0-9_.-]{1,256}")
 
@@ -45,6 +50,7 @@ def check_metadata(value: Any) -> dict[str, str] | None:
         isinstance(k, str) and isinstance(v, str) for k, v in value.items()
     ):
         raise BadInput("metadata must be an object of strings")
+    check_metadata_size(value)
     return value
 
 
@@ -106,13 +112,23 @@ async def list_applications(
 async def update_application(
     conn: Conn, key: str, body: Mapping[str, Any], scope: str | None, *, partial: bool
 ) -> dict[str, Any]:
-    """PUT (`partial` False: name required, absent uid/metadata cleared) or PATCH."""
+    """PUT (`partial` False: name required, absent uid/metadata cleared) or PATCH.
+
+    With `scope` (an application's own credential): its metadata only. Its
+    uid and name are the operator's: a tenant that took a future customer's
+    uid would receive, through the operator's get-or-create by uid, that
+    customer's messages; one that took another's name would pass for it in
+    the console (issue 32). Sending them unchanged is no change and allowed."""
     app = await application(conn, key, scope)
     name = None if body.get("name") is None else tenancy.check_name(body["name"])
     if not partial and name is None:
         raise BadInput("name is required")
     uid_given = "uid" in body or not partial
     uid = check_uid(body.get("uid"))
+    if scope is not None and (
+        (name is not None and name != app["name"]) or (uid_given and uid != app["uid"])
+    ):
+        raise Forbidden("an application's credential may change its metadata, not its uid or name")
     metadata = check_metadata(body.get("metadata"))
     if not partial and metadata is None:
         metadata = {}
@@ -200,11 +216,11 @@ async def send_message(
     tags = check_names(body.get("tags"), "tags")
     deliver_at: datetime | None = None
     if body.get("deliverAt") is not None:
-        deliver_at = parse_time(body["deliverAt"], "deliverAt")
+        deliver_at = check_deliver_at(body["deliverAt"], "deliverAt")
     msg_id = given or new_message_id()
-    await validate_payload(conn, app, event_type, text)
-    if within_quota:
+    if within_quota:  # first: a throttled tenant costs no validation
         await service.take_event_quota(conn, app, 1)
+    await validate_payload(conn, app, event_type, text)
     async with conn.transaction():
         row = await store.insert_message(
             conn, app, msg_id, event_id=given, event_type=event_type, payload=text,
@@ -223,11 +239,17 @@ async def message(conn: Conn, app: str, key: str) -> dict[str, Any]:
     return found
 
 
-async def resend(conn: Conn, app: str, msg_key: str, endpoint_key: str) -> None:
+async def resend(
+    conn: Conn, app: str, msg_key: str, endpoint_key: str, *, within_quota: bool = False
+) -> None:
     """The message to the endpoint again now: a delivery that ended
-    (delivered or dead) starts over; none yet (subscribed since): a new one."""
+    (delivered or dead) starts over; none yet (subscribed since): a new one.
+    `within_quota` (an application's own credential): one event taken from
+    its max_events_per_s first; past it Throttled, and nothing resent."""
     msg = await message(conn, app, msg_key)
     endpoint = await endpoint_id(conn, app, endpoint_key)
+    if within_quota:
+        await service.take_event_quota(conn, app, 1)
     if not await store.resend(conn, msg["id"], endpoint):
         await store_enqueue_to(conn, app, msg, endpoint)
 

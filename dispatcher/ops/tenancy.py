@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from dispatcher.core.errors import BadInput, NotFound
+from dispatcher.core.errors import BadInput, Forbidden, NotFound
 from dispatcher.db import Conn, applications, catalog
 from dispatcher.ops.inputs import check_number
 
@@ -29,7 +29,11 @@ TOKEN_PREFIX = "dtk_"
 DEFAULT_APP = catalog.DEFAULT_APP
 APP_ID = re.compile(r"[a-z0-9_-]{1,64}")
 MAX_TTL_S = 10 * 365 * 86_400.0
+# SPEC "Limits": a portal code works for an hour unless asked otherwise,
+# never longer than Svix's own cap of 7 days (and never past the token
+# that minted it).
 DEFAULT_PORTAL_TTL_S = 3600.0
+MAX_PORTAL_TTL_S = 7 * 86_400.0
 PORTAL_SESSION_TTL_S = 12 * 3600.0
 
 
@@ -163,29 +167,57 @@ def _base_url(value: Any) -> str:
     return value.strip().rstrip("/")
 
 
-async def portal_link(conn: Conn, app: Any, base_url: Any, ttl_s: Any = None) -> dict[str, Any]:
-    """A sign-in link for `app`'s portal whose code works once, until it expires."""
+async def portal_link(
+    conn: Conn,
+    app: Any,
+    base_url: Any,
+    ttl_s: Any = None,
+    *,
+    minted_by: str | None = None,
+    ttl_name: str = "ttl_s",
+) -> dict[str, Any]:
+    """A sign-in link for `app`'s portal whose code works once, until it
+    expires: after `ttl_s` (1 s to 7 days, default 1 h; `ttl_name` is how
+    the caller's field is called). `minted_by`: the application token that
+    asks; the code then expires no later than it and stops working when it
+    is revoked or expires, and so does the session it opens."""
     app = check_app(app)
     base = _base_url(base_url)
-    ttl = DEFAULT_PORTAL_TTL_S if ttl_s is None else _ttl(ttl_s)
+    ttl = (
+        DEFAULT_PORTAL_TTL_S
+        if ttl_s is None
+        else check_number(ttl_s, ttl_name, 1, MAX_PORTAL_TTL_S)
+    )
     code = secrets.token_urlsafe(32)
-    expires = await applications.add_portal_code(conn, app, digest(code), ttl)
+    by = None if minted_by is None else digest(minted_by)
+    expires = await applications.add_portal_code(conn, app, digest(code), ttl, by)
+    if expires is None:  # the token was revoked or expired since the guard let it in
+        raise Forbidden("this application token is no longer live")
     return {"url": f"{base}/portal/login?code={code}", "code": code, "expires_at": expires}
 
 
-async def redeem_code(conn: Conn, code: str) -> str | None:
-    """The code's application, marking the code used; None if it is unknown,
-    used or expired."""
+async def redeem_code(conn: Conn, code: str) -> tuple[str, int | None] | None:
+    """(the code's application, the token that minted it or None), marking
+    the code used; None if it is unknown, used, expired, or its token is."""
     found = await _looked_up(applications.use_portal_code, conn, code)
-    return None if found is None else found[0]
+    return None if found is None else (found[0], found[2])
 
 
-async def open_session(conn: Conn, app: str) -> str:
-    """A new portal session id (the cookie's value)."""
+async def open_session(conn: Conn, app: str, token_id: int | None = None) -> str:
+    """A new portal session id (the cookie's value); opened with a code a
+    token minted (`token_id`), it ends with that token."""
     sid = secrets.token_urlsafe(32)
-    await applications.add_portal_session(conn, app, digest(sid), PORTAL_SESSION_TTL_S)
+    await applications.add_portal_session(conn, app, digest(sid), PORTAL_SESSION_TTL_S, token_id)
     await applications.prune_portal(conn)
     return sid
+
+
+async def revoke_portal(conn: Conn, app: Any) -> dict[str, Any]:
+    """Ends every portal code and session of `app` at once:
+    `{"app", "codes", "sessions"}`, the numbers of those still live."""
+    app = check_app(app)
+    codes, sessions = await applications.revoke_portal(conn, app)
+    return {"app": app, "codes": codes, "sessions": sessions}
 
 
 async def session_application(conn: Conn, sid: str) -> str | None:

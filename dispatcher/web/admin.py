@@ -17,7 +17,7 @@ import contextlib
 import secrets
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import asyncpg
@@ -28,7 +28,7 @@ from dispatcher.core.errors import BadInput, Forbidden
 from dispatcher.metrics import CONTENT_TYPE, Metrics
 from dispatcher.ops import eventtypes, opswebhooks, reports, service, tenancy, wake
 from dispatcher.ops.inputs import spec_from_fields
-from dispatcher.settings import Settings
+from dispatcher.settings import OwnServer, Settings
 from dispatcher.web import browse, idempotency, pages, portal, postbacks, security, svix
 from dispatcher.web import openapi as oas
 from dispatcher.web.keys import POOL, SETTINGS, read_object
@@ -95,6 +95,12 @@ def _scope(request: web.Request, named: Any = None) -> str | None:
     if named is not None and query is not None and named != query:
         raise BadInput("app is given twice, differently")
     return named if named is not None else query
+
+
+def _own(request: web.Request) -> bool:
+    """The call is an application's own credential's: what it provokes
+    (ops deliveries, replays) is taken from that application's quotas."""
+    return request.get(security.APP) is not None
 
 
 def _refresh_due(request: web.Request) -> bool:
@@ -166,6 +172,7 @@ async def endpoints_create(request: web.Request) -> web.Response:
             targets=settings.target_policy(),
             app=app,
             within_quota=True,
+            charged=_own(request),
         )
     return _json(doc, 201)
 
@@ -188,6 +195,7 @@ async def endpoint_update(request: web.Request) -> web.Response:
             box=settings.secret_box(),
             targets=settings.target_policy(),
             app=_scope(request),
+            charged=_own(request),
         )
     return _json(doc)
 
@@ -207,14 +215,19 @@ async def endpoint_delete(request: web.Request) -> web.Response:
         raise BadInput("force must be true or false")
     force = force or (query is not None and _FLAGS[query.lower()])
     async with _conn(request) as conn:
-        doc = await service.delete_endpoint(conn, eid, force, _scope(request, body.get("app")))
+        doc = await service.delete_endpoint(
+            conn, eid, force, _scope(request, body.get("app")), charged=_own(request)
+        )
     return _json(doc)
 
 
 def _toggle(enabled: bool) -> Handler:
     async def handler(request: web.Request) -> web.Response:
         async with _conn(request) as conn:
-            return _json(await service.set_enabled(conn, _id(request), enabled, _scope(request)))
+            doc = await service.set_enabled(
+                conn, _id(request), enabled, _scope(request), charged=_own(request)
+            )
+            return _json(doc)
 
     return handler
 
@@ -293,6 +306,9 @@ async def dead_letters_replay(request: web.Request) -> web.Response:
             since=body.get("since"),
             until=body.get("until"),
             app=app,
+            # An application's own credential: what it requeues is taken
+            # from its events quota; the operator's replays are not.
+            within_quota=_own(request),
         )
     return _json({"requeued": done.requeued})
 
@@ -313,7 +329,9 @@ async def event_types_list(request: web.Request) -> web.Response:
     app, limit = _scope(request), _query_int(request, "limit")
     archived, after = _flag(request, "include_archived"), request.query.get("after")
     async with _conn(request) as conn:
-        return _json(await eventtypes.list_event_types(conn, app, archived, limit, after))
+        docs = await eventtypes.list_event_types(conn, app, archived, limit, after)
+    # Each type's latest schema, not also every version: GET one type for those.
+    return _json([{k: v for k, v in d.items() if k != "schemas"} for d in docs])
 
 
 async def event_types_create(request: web.Request) -> web.Response:
@@ -387,6 +405,13 @@ async def application_portal_link(request: web.Request) -> web.Response:
     return _json(doc, 201)
 
 
+async def application_revoke_portal(request: web.Request) -> web.Response:
+    """Every portal code and session of the application ended: the counts."""
+    await read_object(request, ())
+    async with _conn(request) as conn:
+        return _json(await tenancy.revoke_portal(conn, request.match_info["app"]))
+
+
 # ---------------------------------------------------------------- operational webhooks
 # The admin's: the operator's (no "app") or any application's; an
 # application's credential: its own application's only (SPEC "Operational
@@ -408,7 +433,7 @@ async def ops_webhooks_create(request: web.Request) -> web.Response:
             conn, body.get("url"), event_types=body.get("event_types"),
             app=_scope(request, body.get("app")), secret=body.get("secret"),
             description=body.get("description"), box=settings.secret_box(),
-            targets=settings.target_policy(),
+            targets=settings.target_policy(), within_quota=True,
         )  # fmt: skip
     return _json(doc, 201)
 
@@ -577,6 +602,8 @@ ROUTES: tuple[Route, ...] = (
           application_token,       oas.APPLICATION_TOKEN),
     Route("POST",   "/v1/applications/{app}/portal-links",  ADMIN,
           application_portal_link, oas.APPLICATION_PORTAL_LINK),
+    Route("POST",   "/v1/applications/{app}/revoke-portal", ADMIN,
+          application_revoke_portal, oas.APPLICATION_REVOKE_PORTAL),
     # The portal: its sign-in and page answer for themselves (a code, a session).
     Route("GET",    "/portal/login",                        OPEN,
           portal.login,            oas.PORTAL_LOGIN),
@@ -629,7 +656,9 @@ async def start_admin(bind: str, settings: Settings, url: str, metrics_: Metrics
         token = secrets.token_urlsafe(24)
         sys.stderr.write(f"dispatcher: DISPATCHER_ADMIN_TOKEN unset; this run's token: {token}\n")
     pool = await db.create_pool(url, size=3)
-    app = build_app(settings, pool, token, metrics_)
+    # Filled in once bound: no endpoint may aim at this server or carry its token.
+    own = OwnServer(token=token)
+    app = build_app(replace(settings, own_server=own), pool, token, metrics_)
 
     async def close_pool(_: web.Application) -> None:
         await pool.close()
@@ -642,6 +671,7 @@ async def start_admin(bind: str, settings: Settings, url: str, metrics_: Metrics
     except OSError as exc:
         await runner.cleanup()
         raise BadInput(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    own.origins.extend((str(a[0]), int(a[1])) for a in runner.addresses)
     if not quiet:
         bound = runner.addresses[0]
         sys.stderr.write(f"dispatcher: admin API on http://{bound[0]}:{bound[1]}/\n")

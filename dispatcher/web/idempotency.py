@@ -7,12 +7,19 @@ never reads another's answer. A request that ended in an exception or a
 5xx keeps nothing: its retry runs again, as the SDKs expect of a retry.
 The same key with a different request is refused (409), as is a repeat
 that arrives while the first is still running.
+
+A kept answer is at most MAX_ANSWER bytes, so a day of keys cannot hold
+unbounded copies of what was sent: a larger one is kept with its `payload`
+as `{}` (what Svix answers without content) when that fits, else only as a
+409 saying the request was done and its answer not kept. Either way the
+repeat does nothing again.
 """
 
 from __future__ import annotations
 
 import hashlib
 
+import orjson
 from aiohttp import web
 
 from dispatcher import db
@@ -25,6 +32,7 @@ from dispatcher.web.routes import Handler
 HEADER = "idempotency-key"
 MAX_KEY = 256
 ADMIN_SCOPE = "admin"  # application ids cannot contain a space: never "admin " etc.
+MAX_ANSWER = 64 * 1024
 
 
 def _request_hash(request: web.Request, body: bytes) -> bytes:
@@ -58,8 +66,29 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
         if response.status >= 500 or not isinstance(body, bytes | None):
             await store.release_key(conn, scope, key)
         else:
-            await store.finish_key(conn, scope, key, response.status, body or b"")
+            await store.finish_key(conn, scope, key, *_kept(request, response.status, body or b""))
     return response
+
+
+def _kept(request: web.Request, status: int, body: bytes) -> tuple[int, bytes]:
+    """What a repeat will answer: the first answer, or one within MAX_ANSWER."""
+    if len(body) <= MAX_ANSWER:
+        return status, body
+    if b'"payload"' in body:
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            doc = None
+        if isinstance(doc, dict) and "payload" in doc:
+            smaller = orjson.dumps({**doc, "payload": {}})
+            if len(smaller) <= MAX_ANSWER:
+                return status, smaller
+    note = security.error_response(
+        request, 409, f"the request with this {HEADER} was done (HTTP {status}); its answer "
+        f"was over {MAX_ANSWER // 1024} KiB and is not kept",
+    ).body  # fmt: skip
+    assert isinstance(note, bytes)
+    return 409, note
 
 
 async def _replay(conn: db.Conn, scope: str, key: str, digest: bytes) -> web.Response:

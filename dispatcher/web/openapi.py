@@ -461,10 +461,17 @@ APPLICATION_PORTAL_LINK = {
                "defaults to this server's address as the caller reached it",
     "parameters": [_APP_PATH],
     "requestBody": _body({"type": "object", "properties": {
-        "base_url": {"type": "string", "format": "uri"}, "ttl_s": _TTL},
+        "base_url": {"type": "string", "format": "uri"},
+        "ttl_s": {"type": "number", "minimum": 1, "maximum": 604800, "default": 3600}},
         "additionalProperties": False}, False),
     "responses": _ok({"type": "object", "properties": {
         "url": _STR, "code": _STR, "expires_at": _TS}}, "201")}
+APPLICATION_REVOKE_PORTAL = {
+    "summary": "End every portal code and session of the application at once (admin); "
+               "the counts are of those still live",
+    "parameters": [_APP_PATH],
+    "responses": _ok({"type": "object", "properties": {
+        "app": _STR, "codes": _INT, "sessions": _INT}})}
 
 # -- the portal
 PORTAL_LOGIN = {

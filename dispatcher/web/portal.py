@@ -74,15 +74,16 @@ async def login(request: web.Request) -> web.Response:
         else:
             # One transaction: a session that cannot be opened leaves the code unspent.
             async with db.acquire(_pool(request)) as conn, conn.transaction():
-                app = await tenancy.redeem_code(conn, code)
+                found = await tenancy.redeem_code(conn, code)
+                app = None if found is None else found[0]
                 # Other guesses may have failed meanwhile: 429, and the
                 # rollback leaves a right code unspent. No await between
                 # this check and the count.
                 refuse_if_locked_out(request)
-                if app is None:
+                if found is None:
                     credential_failed(request)
                 else:
-                    sid = await tenancy.open_session(conn, app)
+                    sid = await tenancy.open_session(conn, *found)
     if app is None:
         return _signed_out("This sign-in link is not valid: it was used already, or it expired.")
     redirect = web.HTTPSeeOther(PORTAL_PATH)

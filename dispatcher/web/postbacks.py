@@ -8,6 +8,8 @@ handler parses, calls one operation and renders it.
 
 from __future__ import annotations
 
+import contextlib
+
 import orjson
 from aiohttp import web
 
@@ -33,7 +35,10 @@ async def endpoint_send_test(request: web.Request) -> web.Response:
     """Sends one request now and answers what the receiver said: status,
     latency, the first 2 KiB of its body. 200 whatever the receiver
     answered (the answer is the result); it counts against the
-    application's events quota like a test event."""
+    application's events quota like a test event. One at a time per
+    application (another while one is out: 429 with Retry-After), at most
+    testshot.MAX_TIMEOUT_MS, and no pooled connection is held while it is
+    out: the pool is what every tenant's API and /readyz wait on."""
     eid = int(request.match_info["id"])  # the route's pattern: digits
     check_id(eid, "id")
     body = await read_object(request, ("payload", "event_type", "app"))
@@ -44,11 +49,19 @@ async def endpoint_send_test(request: web.Request) -> web.Response:
     else:
         raw = service.test_payload(eid)
     event_type = check_event_type(body.get("event_type", testshot.TEST_EVENT_TYPE))
-    async with db.acquire(request.app[POOL]) as conn:
+    pool = request.app[POOL]
+    async with db.acquire(pool) as conn, conn.transaction():
+        # The lease first (another's endpoint: 404, a shot out: 429, neither
+        # spending a token); refused by the quota, the lease rolls back.
+        shot = await testshot.begin(conn, settings, eid, app=app)
         await service.take_event_quota(conn, app, 1, eid)
-        doc = await testshot.send_now(
-            conn, settings, eid, raw.encode(), event_type=event_type, app=app
-        )
+    try:
+        doc = await testshot.fire(settings, shot, raw.encode(), event_type=event_type)
+    finally:
+        # Left behind (the database gone), the lease ends by itself.
+        with contextlib.suppress(*db.DATABASE_ERRORS):
+            async with db.acquire(pool) as conn:
+                await testshot.end(conn, shot)
     return _json(doc)
 
 

@@ -200,6 +200,9 @@ RESOLVER: web.AppKey[Resolver] = web.AppKey("resolver", Resolver)
 CSRF: web.RequestKey[str] = web.RequestKey("csrf", str)
 # Set when an application's credential made the request: the application.
 APP: web.RequestKey[str] = web.RequestKey("app", str)
+# Set beside APP when that credential is a `dtk_` token (not a portal
+# session): the token, so that what it mints can die with it (issue 32).
+APP_TOKEN: web.RequestKey[str] = web.RequestKey("app_token", str)
 BODY_BROKEN: web.RequestKey[bool] = web.RequestKey("body_broken", bool)
 
 
@@ -287,6 +290,7 @@ async def _check_bearer(request: web.Request, offered: str) -> str | None:
         if not found[1]:
             return "application token expired or revoked"
         request[APP] = found[0]
+        request[APP_TOKEN] = offered
         return None
     return "missing or wrong bearer token"
 

@@ -38,6 +38,9 @@ from dispatcher.web.security import json_response as _json
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 250  # Svix's own cap
+# Payload bytes a message list page carries (one message at least): the
+# memory one list call may take, however large the payloads are.
+PAGE_BYTES = 4 * 1024 * 1024
 ALL_TYPES = ["*"]
 
 
@@ -74,16 +77,21 @@ def _limit(request: web.Request) -> int:
     return min(int(value), MAX_LIMIT)
 
 
-def _iterator(request: web.Request) -> list[str] | None:
-    """An iterator we handed out: the parts of the last item's sort key."""
+def _iterator(request: web.Request, size: int = 1) -> list[str] | None:
+    """An iterator we handed out: the `size` parts of the last item's sort
+    key. Anything else (another list's, cut short, edited) is one 422."""
     value = request.query.get("iterator")
     if not value:
         return None
     try:
         parts = orjson.loads(base64.urlsafe_b64decode(value.encode() + b"==="))
-    except (ValueError, orjson.JSONDecodeError):
+    except ValueError:  # binascii.Error, orjson.JSONDecodeError, UnicodeEncodeError
         raise BadInput("iterator is not one this server handed out") from None
-    if not isinstance(parts, list) or not all(isinstance(p, str) for p in parts):
+    if (
+        not isinstance(parts, list)
+        or len(parts) != size
+        or not all(isinstance(p, str) and p for p in parts)
+    ):
         raise BadInput("iterator is not one this server handed out")
     return parts
 
@@ -160,7 +168,9 @@ def message_out(row: Mapping[str, Any], with_content: bool = True) -> dict[str, 
         "id": row["id"],
         "eventId": row.get("event_id"),
         "eventType": row["event_type"],
-        "payload": orjson.loads(payload) if isinstance(payload, str | bytes) else payload,
+        # The stored text goes out as it is: parsing it only to encode it
+        # again costs ~7x its size in Python objects (issue 32, row 11).
+        "payload": orjson.Fragment(payload) if isinstance(payload, str | bytes) else payload,
         "channels": row.get("channels"),
         "tags": row.get("tags"),
         "deliverAt": row.get("deliver_at"),
@@ -254,7 +264,11 @@ def _app_update(partial: bool) -> Any:
                 )
                 return _json(app_out(row), 201)
             app = await _app(request, conn)
-            row = await ops.update_application(conn, app["id"], body, None, partial=partial)
+            # The scope goes down: an application's credential may change
+            # its metadata only, never its uid or name (issue 32).
+            row = await ops.update_application(
+                conn, app["id"], body, _scope(request), partial=partial
+            )
         return _json(app_out(row))
 
     return handler
@@ -301,13 +315,15 @@ async def _endpoint_doc(conn: db.Conn, endpoint_id: int, app: str) -> dict[str, 
     return (await ops.with_extras(conn, [doc]))[0]
 
 
-async def _set_disabled(conn: db.Conn, endpoint_id: int, app: str, body: Mapping[str, Any]) -> None:
+async def _set_disabled(
+    conn: db.Conn, endpoint_id: int, app: str, body: Mapping[str, Any], *, charged: bool
+) -> None:
     disabled = body.get("disabled")
     if disabled is None:
         return
     if not isinstance(disabled, bool):
         raise BadInput("disabled must be true or false")
-    await service.set_enabled(conn, endpoint_id, not disabled, app)
+    await service.set_enabled(conn, endpoint_id, not disabled, app, charged=charged)
 
 
 async def endpoints_list(request: web.Request) -> web.Response:
@@ -339,9 +355,11 @@ async def endpoints_create(request: web.Request) -> web.Response:
             doc = await service.add_endpoint(
                 conn, spec_from_fields(fields), box=settings.secret_box(),
                 targets=settings.target_policy(), app=app["id"], within_quota=True,
+                charged=_scope(request) is not None,
             )  # fmt: skip
             await ops.set_extras(conn, doc["id"], body, replace=True)
-            await _set_disabled(conn, doc["id"], app["id"], body)
+            await _set_disabled(conn, doc["id"], app["id"], body,
+                                charged=_scope(request) is not None)  # fmt: skip
             out = await _endpoint_doc(conn, doc["id"], app["id"])
     return _json(endpoint_out(out), 201)
 
@@ -369,9 +387,10 @@ def _endpoint_update(partial: bool) -> Any:
                     await service.update_endpoint(
                         conn, eid, fields, box=settings.secret_box(),
                         targets=settings.target_policy(), app=app,
+                        charged=_scope(request) is not None,
                     )  # fmt: skip
                 await ops.set_extras(conn, eid, body, replace=not partial)
-                await _set_disabled(conn, eid, app, body)
+                await _set_disabled(conn, eid, app, body, charged=_scope(request) is not None)
                 out = await _endpoint_doc(conn, eid, app)
         return _json(endpoint_out(out))
 
@@ -381,7 +400,7 @@ def _endpoint_update(partial: bool) -> Any:
 async def endpoint_delete(request: web.Request) -> web.Response:
     async with _conn(request) as conn:
         app, eid = await _endpoint(request, conn)
-        await service.delete_endpoint(conn, eid, True, app)
+        await service.delete_endpoint(conn, eid, True, app, charged=_scope(request) is not None)
     return _no_content()
 
 
@@ -437,7 +456,7 @@ def _headers_update(partial: bool) -> Any:
                     headers[name] = value
             await service.update_endpoint(
                 conn, eid, {"headers": headers}, box=settings.secret_box(),
-                targets=settings.target_policy(), app=app,
+                targets=settings.target_policy(), app=app, charged=_scope(request) is not None,
             )  # fmt: skip
         return _no_content()
 
@@ -452,8 +471,9 @@ async def endpoint_recover(request: web.Request) -> web.Response:
     async with _conn(request) as conn:
         app, eid = await _endpoint(request, conn)
         await service.replay(
-            conn, endpoint_id=eid, since=body["since"], until=body.get("until"), app=app
-        )
+            conn, endpoint_id=eid, since=body["since"], until=body.get("until"), app=app,
+            within_quota=_scope(request) is not None,
+        )  # fmt: skip
         now = await conn.fetchval("SELECT now()")
     task = {"id": f"qtask_{eid}_{int(now.timestamp())}", "status": "finished",
             "task": "endpoint.recover", "updatedAt": now}  # fmt: skip
@@ -475,21 +495,47 @@ async def messages_create(request: web.Request) -> web.Response:
 
 
 async def messages_list(request: web.Request) -> web.Response:
+    """A page of at most `limit` messages and, with their content, about
+    PAGE_BYTES of payloads (always one at least): fetched a few at a time,
+    so one call holds a bounded amount whatever the page size. A page cut
+    short by bytes is `done: false` with its iterator, as one cut by rows."""
     limit = _limit(request)
-    after = _iterator(request)
+    after = _iterator(request, 2)
     event_types = request.query.getall("event_types", None)
     if event_types is not None:
         event_types = [t for v in event_types for t in v.split(",") if t]
+    with_content = _with_content(request)
+    batch = max(1, PAGE_BYTES // request.app[SETTINGS].max_payload_bytes)
+    cursor = (_when(after[0]), after[1]) if after else None
+    page: list[dict[str, Any]] = []
+    size, done = 0, False
     async with _conn(request) as conn:
         app = await _app(request, conn)
-        rows = await ops.list_messages(
-            conn, app["id"], (_when(after[0]), after[1]) if after else None,
-            limit + 1, event_types, request.query.get("channel"),
-        )  # fmt: skip
-    data = [message_out(r, _with_content(request)) for r in rows]
-    last = rows[:limit][-1] if rows else None
+        while True:
+            # One more than the page still takes, to know whether it is done.
+            want = min(batch, limit - len(page) + 1)
+            rows = await ops.list_messages(
+                conn, app["id"], cursor, want, event_types, request.query.get("channel"),
+            )  # fmt: skip
+            for row in rows:
+                # Characters, not bytes: close enough for a bound, and no copy.
+                cost = len(row["payload"]) if with_content else 0
+                if len(page) == limit or (page and size + cost > PAGE_BYTES):
+                    break  # a message past this page: not done
+                page.append(row)
+                size += cost
+            else:
+                if len(rows) < want:
+                    done = True
+                    break
+                cursor = (page[-1]["created_at"], page[-1]["id"])
+                continue
+            break
+    data = [message_out(r, with_content) for r in page]
+    last = page[-1] if page else None
     key = None if last is None else (last["created_at"].isoformat(), last["id"])
-    return _json(_page(data, limit, key))
+    return _json({"data": data, "iterator": None if key is None else _iterator_of(*key),
+                  "prevIterator": None, "done": done})  # fmt: skip
 
 
 async def message_get(request: web.Request) -> web.Response:
@@ -502,7 +548,7 @@ async def message_get(request: web.Request) -> web.Response:
 def _attempts(by: str) -> Any:
     async def handler(request: web.Request) -> web.Response:
         limit = _limit(request)
-        after = _iterator(request)
+        after = _iterator(request, 2)
         async with _conn(request) as conn:
             app = await _app(request, conn)
             msg_id: str | None = None
@@ -534,8 +580,9 @@ async def message_resend(request: web.Request) -> web.Response:
     async with _conn(request) as conn:
         app = await _app(request, conn)
         await ops.resend(
-            conn, app["id"], request.match_info["msg_id"], request.match_info["endpoint_id"]
-        )
+            conn, app["id"], request.match_info["msg_id"], request.match_info["endpoint_id"],
+            within_quota=_scope(request) is not None,
+        )  # fmt: skip
     return _json({}, 202)  # the Python SDK parses a body here
 
 
@@ -577,11 +624,13 @@ async def event_types_list(request: web.Request) -> web.Response:
     archived = request.query.get("include_archived", "").lower() == "true"
     await _body(request)
     async with _conn(request) as conn:
-        docs = await eventtypes.list_event_types(
+        docs, cut = await eventtypes.list_event_types_page(
             conn, _own(request), archived, limit + 1, after[0] if after else None
         )
     data = [event_type_out(d, _with_content(request)) for d in docs]
-    return _json(_page(data, limit, (data[:limit][-1]["name"],) if data else None))
+    page = _page(data, limit, (data[:limit][-1]["name"],) if data else None)
+    page["done"] = page["done"] and not cut  # cut short by its schemas' bytes: more follow
+    return _json(page)
 
 
 async def event_types_create(request: web.Request) -> web.Response:
@@ -727,12 +776,21 @@ async def ops_endpoint_rotate(request: web.Request) -> web.Response:
 
 async def portal_access(request: web.Request) -> web.Response:
     """A one-time sign-in link to this application's portal (`url`); its
-    code is also the `token`. `expiry` (seconds) bounds it."""
+    code is also the `token`. `expiry` (seconds, 1 to 604800, default 3600;
+    outside: 422 naming the range, as Svix answers) bounds it. Minted with
+    an application token, the code also expires no later than that token
+    and dies with it; a portal session may not mint one (403): access
+    opened by a link must end when the link's session does."""
     body = await _body(request)
+    if _scope(request) is not None and security.APP_TOKEN not in request:
+        raise Forbidden("a portal session cannot mint portal access")
     base = f"{request.scheme}://{request.host}"
     async with _conn(request) as conn:
         app = await _app_or_new(request, conn)
-        doc = await tenancy.portal_link(conn, app["id"], base, body.get("expiry"))
+        doc = await tenancy.portal_link(
+            conn, app["id"], base, body.get("expiry"),
+            minted_by=request.get(security.APP_TOKEN), ttl_name="expiry",
+        )  # fmt: skip
     return _json({"url": doc["url"], "token": doc["code"]})
 
 

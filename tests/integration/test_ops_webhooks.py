@@ -15,7 +15,7 @@ import pytest
 from standardwebhooks import Webhook
 
 from dispatcher import enqueue
-from dispatcher.core.errors import BadInput, NotFound, UnknownEndpoint
+from dispatcher.core.errors import BadInput, Conflict, NotFound, UnknownEndpoint
 from dispatcher.core.models import EndpointSpec
 from dispatcher.core.signing import generate_secret
 from dispatcher.ops import opswebhooks, reports, service, tenancy
@@ -175,8 +175,12 @@ async def test_ops_webhooks_are_not_endpoints(
     assert await reports.endpoint_health(conn, 3600.0) == []
     [acme] = [a for a in await tenancy.list_applications(conn) if a["id"] == "acme"]
     assert acme["endpoints"] == 0
-    # The quota counts customers' endpoints only: acme may still add its one.
+    # max_endpoints counts acme's own ops webhooks too (issue 32), never the
+    # operator's: at 1, acme's one ops webhook fills it; at 2, room for one.
     spec = EndpointSpec(url=receiver.url("/x"))
+    with pytest.raises(Conflict):
+        await service.add_endpoint(conn, spec, app="acme", within_quota=True)
+    await tenancy.update_application(conn, "acme", {"max_endpoints": 2})
     await service.add_endpoint(conn, spec, app="acme", within_quota=True)
     for oid in (ops_id, op_id):
         with pytest.raises(UnknownEndpoint):

@@ -15,6 +15,7 @@ import pytest
 
 from dispatcher.core.errors import BadInput, NotFound
 from dispatcher.core.shaping import postback_id
+from dispatcher.db import store
 from dispatcher.ops import service
 from dispatcher.worker import testshot
 from tests.helpers import FAST, add_endpoint, admin_api, drain, engine, statuses, until_received
@@ -224,3 +225,23 @@ async def test_raw_outside_the_query_is_refused(conn: asyncpg.Connection, db_url
         async with http.patch(f"{base}/v1/endpoints/{doc['id']}",
                               json={"disable_after": None}) as r:  # fmt: skip
             assert r.status == 400 and "go together" in await r.text()
+
+
+async def test_a_row_held_past_366_days_is_dead_lettered_by_maintenance(
+    conn: asyncpg.Connection, receiver: Receiver
+) -> None:
+    """Nothing waits forever (issue 32 row 16): a held row no one released
+    in 366 days goes to dead letter with its reason; a younger one stays."""
+    await add_endpoint(conn, receiver.url("/pb"))
+    old = await service.enqueue(conn, "conversion", '{"n": 1}', "evt_old", hold=True)
+    await service.enqueue(conn, "conversion", '{"n": 2}', "evt_young", hold=True)
+    await conn.execute(
+        "UPDATE webhook_queue SET created_at = now() - interval '367 days' WHERE id = $1",
+        old["deliveries"][0],
+    )
+    assert await store.maintain(conn, 86_400.0) is not None
+    rows = await conn.fetch("SELECT event_id, status, last_error FROM webhook_queue ORDER BY id")
+    assert [tuple(r) for r in rows] == [
+        ("evt_old", "dead_letter", "held past 366 days: never released"),
+        ("evt_young", "held", None),
+    ]

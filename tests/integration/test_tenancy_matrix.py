@@ -109,6 +109,7 @@ MATRIX: dict[str, tuple[int | None, ...]] = {
     "PATCH /v1/applications/{app}":               (X,   X,    X,    200,  401, 401, X,    X),
     "POST /v1/applications/{app}/tokens":         (X,   X,    X,    201,  401, 401, X,    X),
     "POST /v1/applications/{app}/portal-links":   (X,   X,    X,    201,  401, 401, X,    X),
+    "POST /v1/applications/{app}/revoke-portal":  (X,   X,    X,    None, 401, 401, X,    X),
     "GET /v1/health":                             (X,   X,    X,    200,  401, 401, X,    X),
     "GET /v1/alerts":                             (X,   X,    X,    200,  401, 401, X,    X),
     "GET /v1/dead-letters/analyze":               (X,   X,    X,    200,  401, 401, X,    X),
@@ -144,7 +145,7 @@ MATRIX: dict[str, tuple[int | None, ...]] = {
                                                   (202, 404,  403,  202,  401, 401, 403,  202),
     "GET /api/v1/app/{app}/attempt/msg/{event}":  (200, 404,  403,  200,  401, 401, 200,  200),
     "GET /api/v1/app/{app}/attempt/endpoint/{ep}": (200, 404, 403,  200,  401, 401, 200,  200),
-    "POST /api/v1/auth/app-portal-access/{app}":  (200, 404,  403,  200,  401, 401, 403,  200),
+    "POST /api/v1/auth/app-portal-access/{app}":  (200, 404,  403,  200,  401, 401, 403,  None),
     "GET /api/v1/event-type":                     (200, 200,  403,  200,  401, 401, 200,  200),
     "POST /api/v1/event-type":                    (201, None, 403,  201,  401, 401, 403,  201),
     "GET /api/v1/event-type/{et}":                (200, 404,  403,  404,  401, 401, 200,  200),
@@ -176,6 +177,10 @@ UNMEANING = {
                                      "(test_signing_out_of_the_portal_ends_the_session)",
     ("DELETE /api/v1/app/{app}", "admin"): "would delete acme, which the later cells use "
                                            "(tests/integration/test_svix_api.py)",
+    ("POST /v1/applications/{app}/revoke-portal", "admin"):
+        "would end the session the later cells use (test_tenant_access_bounds)",
+    ("POST /api/v1/auth/app-portal-access/{app}", "csrf"):
+        "a portal session may not mint portal access: 403 (test_tenant_access_bounds)",
 }
 
 # The routes the guard leaves open, and what a caller without a credential
@@ -220,6 +225,7 @@ BODIES: dict[str, Any] = {
     "PATCH /v1/applications/{app}": {"max_endpoints": 1_000_000},
     "POST /v1/applications/{app}/tokens": {"ttl_s": 60},
     "POST /v1/applications/{app}/portal-links": {"base_url": "https://hooks.example"},
+    "POST /v1/applications/{app}/revoke-portal": {},
     "PATCH /api/v1/app/{app}": {"metadata": {"plan": "gold"}},
     "POST /api/v1/app/{app}/endpoint": {"url": "https://acme.example/svix",
                                         "eventTypes": ["order.created"]},

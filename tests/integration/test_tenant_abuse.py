@@ -18,11 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
-import sys
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -33,7 +31,7 @@ from aiohttp import web
 
 from dispatcher.core.models import INTEGRAL, RANGES, UNSET_OK
 from dispatcher.db import catalog
-from tests.helpers import WORKER_ENV, cli_env
+from tests.helpers import Served, served
 from tests.integration.test_unusable_rows import GarbageServer, in_vocabulary
 from tests.receivers import Receiver, status
 
@@ -73,12 +71,6 @@ def _names_the_range(name: str, value: Any) -> bool:
     return abs(value) < 2**63
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _answers(text: str) -> Any:
     async def answer(_: Receiver, __: web.Request, ___: bytes) -> web.StreamResponse:
         return web.Response(status=200, text=text)
@@ -86,53 +78,14 @@ def _answers(text: str) -> Any:
     return answer
 
 
-@dataclass
-class Worker:
-    proc: asyncio.subprocess.Process
-    base: str
-    log: bytearray = field(default_factory=bytearray)
-
-    def alive(self) -> bool:
-        return self.proc.returncode is None
+Worker = Served
 
 
 @pytest.fixture
 async def worker(db_url: str) -> AsyncIterator[Worker]:
     """`dispatcher run --http`: the worker and its admin API, one process."""
-    port = _free_port()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "dispatcher", "run", "--http", f"127.0.0.1:{port}",
-        env=cli_env(db_url, **WORKER_ENV, DISPATCHER_ADMIN_TOKEN=ADMIN),
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    w = Worker(proc, f"http://127.0.0.1:{port}")
-
-    async def read_log() -> None:
-        assert proc.stderr is not None
-        while chunk := await proc.stderr.read(65536):
-            w.log.extend(chunk)
-
-    reader = asyncio.create_task(read_log())
-    try:
-        async with aiohttp.ClientSession() as s:
-            for _ in range(300):
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with s.get(w.base + "/readyz") as r:
-                        if r.status == 200:
-                            break
-                assert w.alive(), w.log.decode(errors="replace")[-2000:]
-                await asyncio.sleep(0.05)
+    async with served(db_url, DISPATCHER_ADMIN_TOKEN=ADMIN) as w:
         yield w
-    finally:
-        if w.alive():
-            proc.terminate()
-        try:
-            code = await asyncio.wait_for(proc.wait(), 30)
-        except TimeoutError:
-            proc.kill()  # its loop is stuck: SIGTERM's handler never runs
-            code = await proc.wait()
-        await asyncio.wait_for(reader, 5)
-        assert code == 0, w.log.decode(errors="replace")[-3000:]
 
 
 @pytest.fixture
