@@ -53,7 +53,7 @@ MAX_DESCRIPTION = 2000
 DEFAULT_LIST, MAX_LIST = 100, 1000  # as every list route: a larger limit is taken as 1000
 MAX_TYPES = 1000  # an application's own event types, archived ones included (SPEC "Limits")
 MAX_VERSIONS = 10  # schema versions one type keeps
-SWITCH_S = 0.0005
+SWITCH_S = 0.0005  # the thread switch interval while a check is out (Python's: 5 ms)
 PAUSE_S = 0.0002  # a costly check's pause every 0.5 ms of its work: the event loop's turn
 PAGE_BYTES = 1 << 20  # of schemas in one page of a list: a page ends early past it
 PATCH_FIELDS = frozenset({"description", "schema", "schemas", "archived", "feature_flag"})
@@ -368,6 +368,7 @@ async def validate_events(conn: Conn, events: Iterable[Event]) -> None:
 # holds a pooled database connection while it waits.
 _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="dispatcher-schema")
 _CHECKING: set[str | None] = set()
+_SWITCH = [0.005]  # the interpreter's thread switch interval while no check is out
 _T = TypeVar("_T")
 
 
@@ -376,9 +377,13 @@ async def _off_loop(scope: str | None, fn: Callable[..., _T], *args: Any) -> _T:
         raise Throttled(
             "another schema check of this application is still running: retry in 1 s", 1
         )
+    if not _CHECKING:  # the first check out: the loop's thread gets the GIL back sooner
+        _SWITCH[0] = sys.getswitchinterval()
+        sys.setswitchinterval(SWITCH_S)
     _CHECKING.add(scope)
-    sys.setswitchinterval(SWITCH_S)
     try:
         return await asyncio.get_running_loop().run_in_executor(_POOL, fn, *args)
     finally:
         _CHECKING.discard(scope)
+        if not _CHECKING:
+            sys.setswitchinterval(_SWITCH[0])

@@ -158,6 +158,7 @@ async def test_a_ref_stored_before_the_rule_fetches_nothing(
 # ---------------------------------------------------------------- rows 2-4: nothing runs long
 
 
+@pytest.mark.serial  # B's latency must measure A's check, not other tests' CPU
 async def test_unique_items_on_a_large_array_is_linear(service: Service) -> None:
     schema = {"type": "object", "properties": {"xs": {"type": "array", "uniqueItems": True}}}
     assert (await service.call(A, "POST", "/v1/event-types", _type("u", schema)))[0] == 201
@@ -174,6 +175,7 @@ async def test_unique_items_on_a_large_array_is_linear(service: Service) -> None
     assert status == 422 and "item 8999 repeats" in doc["error"] and len(doc["error"]) < 400
 
 
+@pytest.mark.serial  # B's latency must measure A's check, not other tests' CPU
 async def test_an_exponential_ref_chain_is_refused_within_the_budget(service: Service) -> None:
     levels = 18
     defs: dict[str, Any] = {
@@ -198,6 +200,7 @@ async def test_an_exponential_ref_chain_is_refused_within_the_budget(service: Se
     assert {s for s, _ in results} <= {422, 429} and 429 in {s for s, _ in results}
 
 
+@pytest.mark.serial  # B's latency must measure A's check, not other tests' CPU
 async def test_items_against_a_huge_enum_is_refused_within_the_budget(service: Service) -> None:
     schema = {"type": "array", "items": {"enum": list(range(9000))}}
     assert (await service.call(A, "POST", "/v1/event-types", _type("e", schema)))[0] == 201
@@ -211,6 +214,7 @@ async def test_items_against_a_huge_enum_is_refused_within_the_budget(service: S
     await _report("items of 60,000 against an enum of 9,000", normal, worst)
 
 
+@pytest.mark.serial  # B's latency must measure A's check, not other tests' CPU
 async def test_a_large_schema_is_refused_and_a_max_one_checked_off_the_loop(
     service: Service,
 ) -> None:
