@@ -99,6 +99,7 @@ async def _measured_rate(db_url: str, conn: asyncpg.Connection, receiver: Receiv
     return (len(steady) - 1) / (steady[-1] - steady[0])
 
 
+@pytest.mark.serial  # a rate measured over seconds: the parallel lane's load shifts it
 async def test_rate_limit_one_worker(db_url: str, conn: asyncpg.Connection,
                                      receiver: Receiver) -> None:  # fmt: skip
     measured = await _measured_rate(db_url, conn, receiver, 1)
@@ -177,6 +178,7 @@ async def test_retry_after_pauses_the_whole_endpoint(
     assert await conn.fetchval("SELECT max(attempt_count) FROM webhook_queue") == 2
 
 
+@pytest.mark.serial  # 200 ms timeouts: under the parallel lane's load some time out connecting
 async def test_slowing_endpoint_gets_fewer_parallel_requests(
     db_url: str, conn: asyncpg.Connection, receiver: Receiver
 ) -> None:

@@ -186,7 +186,8 @@ async def test_probe_mode_unchanged_and_switch_followed_live(
         await conn.fetchval("SELECT dispatcher_enqueue('t', '{}', 'notified')")
         await asyncio.wait_for(receiver.arrived.wait(), 10)
         receiver.arrived.clear()
-        assert prober.probes == probes
+        # At most the one probe that was out when it parked lands after.
+        assert prober.probes <= probes + 1
 
         await wake.write(conn, WakeMode.PROBE)
         await _until(lambda: not prober.parked, 5.0)
