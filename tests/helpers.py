@@ -8,7 +8,7 @@ import json
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -202,3 +202,50 @@ async def served(db_url: str, command: str = "run", **env: str) -> AsyncIterator
         log = srv.log.decode(errors="replace")
         assert code == 0, log[-3000:]
         assert "Traceback" not in log, log[-3000:]
+
+
+@dataclass(frozen=True)
+class TenantApi:
+    """The admin API with applications: calls as the admin, or with one
+    application's own `dtk_` token."""
+
+    http: aiohttp.ClientSession  # carries the admin token
+    base: str
+    tokens: dict[str, str]  # application → its dtk_ token
+
+    async def call(
+        self, method: str, path: str, body: Any = None, *, app: str | None = None
+    ) -> tuple[int, Any, Any]:
+        headers = {} if app is None else {"Authorization": f"Bearer {self.tokens[app]}"}
+        async with self.http.request(method, self.base + path, json=body, headers=headers) as r:
+            doc = await r.json() if r.content_type == "application/json" else await r.text()
+            return r.status, doc, r.headers
+
+    async def ok(self, method: str, path: str, body: Any = None, *, app: str | None = None) -> Any:
+        status, doc, _ = await self.call(method, path, body, app=app)
+        assert status < 300, (method, path, status, doc)
+        return doc
+
+
+@asynccontextmanager
+async def tenant_api(
+    db_url: str, admin_token: str, apps: Sequence[str]
+) -> AsyncIterator[TenantApi]:
+    """An in-process admin API with `apps` created, each with a token."""
+    async with admin_api(db_url, FAST, admin_token) as (http, base):
+        api = TenantApi(http, base, {})
+        for app in apps:
+            await api.ok("POST", "/v1/applications", {"id": app})
+            api.tokens[app] = (await api.ok("POST", f"/v1/applications/{app}/tokens", {}))["token"]
+        yield api
+
+
+async def rows_of(conn: asyncpg.Connection, app: str, statuses: Sequence[str] = ()) -> int:
+    """Queue rows of `app`'s endpoints (with one of `statuses`, when given)."""
+    return int(
+        await conn.fetchval(
+            "SELECT count(*) FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id"
+            " WHERE e.application_id = $1 AND (cardinality($2::text[]) = 0 OR q.status = ANY($2))",
+            app, list(statuses),
+        )
+    )  # fmt: skip

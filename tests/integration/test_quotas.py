@@ -7,57 +7,29 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import asyncpg
 import pytest
 
-from tests.helpers import FAST, admin_api
+from tests.helpers import FAST, TenantApi, admin_api, rows_of, tenant_api
 
 ADMIN = "quota-admin-token"
 HOOK = "https://hooks.example/h"
 
 
-@dataclass(frozen=True)
-class Api:
-    http: aiohttp.ClientSession  # carries the admin token
-    base: str
-    tokens: dict[str, str]  # application → its dtk_ token
-
-    async def call(
-        self, method: str, path: str, body: Any = None, *, app: str | None = None
-    ) -> tuple[int, Any, aiohttp.typedefs.LooseHeaders]:
-        """As the admin, or with `app`'s own token."""
-        headers = {} if app is None else {"Authorization": f"Bearer {self.tokens[app]}"}
-        async with self.http.request(method, self.base + path, json=body, headers=headers) as r:
-            return r.status, await r.json(), r.headers
-
-    async def ok(self, method: str, path: str, body: Any = None, *, app: str | None = None) -> Any:
-        status, doc, _ = await self.call(method, path, body, app=app)
-        assert status < 300, (method, path, status, doc)
-        return doc
+Api = TenantApi
 
 
 @pytest.fixture
 async def api(db_url: str) -> AsyncIterator[Api]:
-    async with admin_api(db_url, FAST, ADMIN) as (http, base):
-        a = Api(http, base, {})
-        for app in ("acme", "globex"):
-            await a.ok("POST", "/v1/applications", {"id": app})
-            a.tokens[app] = (await a.ok("POST", f"/v1/applications/{app}/tokens", {}))["token"]
+    async with tenant_api(db_url, ADMIN, ("acme", "globex")) as a:
         yield a
 
 
 async def queued(conn: asyncpg.Connection, app: str) -> int:
-    return int(
-        await conn.fetchval(
-            "SELECT count(*) FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id"
-            " WHERE e.application_id = $1",
-            app,
-        )
-    )
+    return await rows_of(conn, app)
 
 
 EVENT = {"event_type": "order.paid", "payload": {"n": 1}}

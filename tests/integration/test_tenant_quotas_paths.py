@@ -22,10 +22,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import asyncpg
 import orjson
 import pytest
@@ -33,7 +31,7 @@ import pytest
 from dispatcher.db import catalog
 from dispatcher.worker import testshot
 from dispatcher.worker.engine import Engine
-from tests.helpers import FAST, add_endpoint, admin_api
+from tests.helpers import FAST, TenantApi, add_endpoint, rows_of, tenant_api
 from tests.receivers import Receiver, delay
 
 ADMIN = "quotas-paths-admin-token-0123456789"
@@ -42,45 +40,18 @@ SLOW_S = 3.0  # the slow receiver's answer time
 B_BOUND_S = 1.0  # generous: B's calls take a few ms when nothing holds the pool
 
 
-@dataclass(frozen=True)
-class Api:
-    http: aiohttp.ClientSession  # carries the admin token
-    base: str
-    tokens: dict[str, str]  # application → its dtk_ token
-
-    async def call(
-        self, method: str, path: str, body: Any = None, *, app: str | None = None
-    ) -> tuple[int, Any, Any]:
-        """As the admin, or with `app`'s own token."""
-        headers = {} if app is None else {"Authorization": f"Bearer {self.tokens[app]}"}
-        async with self.http.request(method, self.base + path, json=body, headers=headers) as r:
-            doc = await r.json() if r.content_type == "application/json" else await r.text()
-            return r.status, doc, r.headers
-
-    async def ok(self, method: str, path: str, body: Any = None, *, app: str | None = None) -> Any:
-        status, doc, _ = await self.call(method, path, body, app=app)
-        assert status < 300, (method, path, status, doc)
-        return doc
+Api = TenantApi
+ACTIVE = ("pending", "failed", "in_flight")
 
 
 @pytest.fixture
 async def api(db_url: str) -> AsyncIterator[Api]:
-    async with admin_api(db_url, FAST, ADMIN) as (http, base):
-        a = Api(http, base, {})
-        for app in (A, B):
-            await a.ok("POST", "/v1/applications", {"id": app})
-            a.tokens[app] = (await a.ok("POST", f"/v1/applications/{app}/tokens", {}))["token"]
+    async with tenant_api(db_url, ADMIN, (A, B)) as a:
         yield a
 
 
 async def queued(conn: asyncpg.Connection, app: str) -> int:
-    return int(
-        await conn.fetchval(
-            "SELECT count(*) FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id"
-            " WHERE e.application_id = $1 AND q.status IN ('pending', 'failed', 'in_flight')",
-            app,
-        )
-    )
+    return await rows_of(conn, app, ACTIVE)
 
 
 # ---------------------------------------------------------------- row 5: test shots
@@ -258,13 +229,7 @@ async def test_a_stored_application_token_header_is_never_sent(
 
 
 async def dead_letters(conn: asyncpg.Connection, app: str) -> int:
-    return int(
-        await conn.fetchval(
-            "SELECT count(*) FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id"
-            " WHERE e.application_id = $1 AND q.status = 'dead_letter'",
-            app,
-        )
-    )
+    return await rows_of(conn, app, ("dead_letter",))
 
 
 async def kill_all(conn: asyncpg.Connection, app: str) -> None:
