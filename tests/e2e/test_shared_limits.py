@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import math
 import sys
 from pathlib import Path
 
@@ -49,6 +50,32 @@ class Concurrency:
         return web.Response(status=200)
 
 
+class LoopLag:
+    """The longest the receiver's own loop was late to a 5 ms tick while it
+    ran: how late the receiver can have stamped a request it had been sent."""
+
+    TICK_S = 0.005
+
+    def __init__(self) -> None:
+        self.most = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(self.TICK_S)
+            self.most = max(self.most, loop.time() - before - self.TICK_S)
+
+    def __enter__(self) -> LoopLag:
+        self._task = asyncio.get_running_loop().create_task(self._tick())
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+
+
 def busiest_second(times: list[float]) -> int:
     """Most arrivals in any window [t, t + 1 s) that starts at an arrival."""
     times = sorted(times)
@@ -65,10 +92,11 @@ async def _start(db_url: str, log: Path) -> asyncio.subprocess.Process:
 
 
 async def _run(db_url: str, conn: asyncpg.Connection, receiver: Receiver, tmp_path: Path,
-               together: int, joining: int) -> tuple[int, int]:  # fmt: skip
+               together: int, joining: int) -> tuple[int, int, float]:  # fmt: skip
     """`together` workers started at once, then `joining` more, one at a
     time, each once a second's worth has arrived since the last; returns
-    (busiest second at /rate, most requests in flight at /busy)."""
+    (busiest second at /rate, most requests in flight at /busy, the
+    receiver's longest loop lag in seconds)."""
     busy = Concurrency(0.2)
     receiver.routes["/busy"] = busy
     await add_endpoint(conn, receiver.url("/rate"), rate_per_s=RATE, burst=1,
@@ -77,38 +105,45 @@ async def _run(db_url: str, conn: asyncpg.Connection, receiver: Receiver, tmp_pa
     rows = [(f"{t}{i}", t, "{}", None) for t in ("rate", "busy") for i in range(ROWS)]
     await catalog.enqueue_bulk(conn, rows)
     log = tmp_path / "workers.log"
+    lag = LoopLag()
     procs = [await _start(db_url, log) for _ in range(together)]
-    try:
-        for _ in range(joining):
-            seen = len(receiver.requests_to("/rate"))
-            while len(receiver.requests_to("/rate")) < seen + RATE:
-                await asyncio.sleep(0.02)
-            procs.append(await _start(db_url, log))
-        codes = await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)), 90)
-    finally:
-        for p in procs:
-            if p.returncode is None:
-                p.kill()
-                await p.wait()
+    with lag:
+        try:
+            for _ in range(joining):
+                seen = len(receiver.requests_to("/rate"))
+                while len(receiver.requests_to("/rate")) < seen + RATE:
+                    await asyncio.sleep(0.02)
+                procs.append(await _start(db_url, log))
+            codes = await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)), 90)
+        finally:
+            for p in procs:
+                if p.returncode is None:
+                    p.kill()
+                    await p.wait()
     assert codes == [0] * len(procs), log.read_text()[-3000:]
     assert await statuses(conn) == {"delivered": 2 * ROWS}
-    return busiest_second([r.at for r in receiver.requests_to("/rate")]), busy.most
+    return busiest_second([r.at for r in receiver.requests_to("/rate")]), busy.most, lag.most
 
 
 # Over any second: at most the rate at the senders, plus one a process at
 # the receiver. Each process's bucket holds one token at most and sends when
 # one comes in, so no second of its sends holds more than its share of the
 # rate (shares of 50 over 10 places are whole: 25 + 25, 20 + 15 + 15); but
-# the receiver stamps a request when it has read it, and a request held up
-# on its way (a loaded loop, the scheduler: less than the 40-75 ms between
-# one process's requests) can land in a window that its process's next
-# request also lands in. Seen: at most the rate itself (before: 53-65). In
-# flight: no excuse, the receiver counts its own handlers.
+# the receiver stamps a request when its own loop reads it, and a loop held
+# up (the scheduler on a loaded 2-core machine) stamps what arrived
+# meanwhile together, inside a window that the next requests also land in:
+# at most the rate times the receiver's longest lag, measured by LoopLag
+# during the run (4-14 ms here, quiet or with both cores busy: one request;
+# CI twice saw 58-60 with three workers, not reproduced here, and the
+# assertion prints the lag it allowed for). Seen: at most the
+# rate itself, plus one (before issue 26's fix: 53-65). In flight: no
+# excuse, the receiver counts its own handlers.
 @pytest.mark.parametrize(("together", "joining"), [(2, 0), (3, 0), (1, 1), (1, 2)])
 async def test_limits_hold_in_every_second_from_the_first_request(
     db_url: str, conn: asyncpg.Connection, receiver: Receiver, tmp_path: Path,
     together: int, joining: int,
 ) -> None:  # fmt: skip
-    busiest, most = await _run(db_url, conn, receiver, tmp_path, together, joining)
-    assert busiest <= RATE + together + joining, busiest
+    busiest, most, lag = await _run(db_url, conn, receiver, tmp_path, together, joining)
+    late = math.ceil(RATE * lag)  # sent on time, stamped late: see above
+    assert busiest <= RATE + together + joining + late, (busiest, lag)
     assert most <= IN_FLIGHT, most
