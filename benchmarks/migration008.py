@@ -5,7 +5,10 @@
 ENDPOINTS endpoints and ROWS pending webhook_queue rows (one INSERT ...
 SELECT), then 008 applied the way `dispatcher migrate` applies it (one
 transaction with its dispatcher_migrations row), TRIES times: every try but
-the last rolls back. Prints one JSON document: the milliseconds of each
+the last rolls back. Schema 007 is built as it was then
+(tests/releases.py); 008 is today's file, which holds its table changes
+only (its functions are in schema/functions/, applied in a transaction of
+their own that takes no lock on webhook_queue). Prints one JSON document: the milliseconds of each
 try, the locks the transaction held before COMMIT on relations that existed
 before, and webhook_queue's filenode and size before and after (the same
 filenode: the queue was not rewritten). The database is dropped however the run ends. DATABASE_URL
@@ -25,8 +28,9 @@ from typing import Any
 
 import asyncpg
 
-from dispatcher.db import migrate, migrations
+from dispatcher.db import migrations
 from dispatcher.db.embedded import embedded_url, with_database
+from tests.releases import build_release
 
 DB = "dispatcher_mig008"
 QUEUE = "SELECT pg_relation_filenode('webhook_queue'), pg_total_relation_size('webhook_queue')"
@@ -64,7 +68,7 @@ async def run(server: str, rows: int, endpoints: int, tries: int) -> dict[str, A
 async def _measure(
     conn: asyncpg.Connection, rows: int, endpoints: int, tries: int
 ) -> dict[str, Any]:
-    await migrate(conn, upto=7)
+    await build_release(conn, 7)
     pending = [m for m in migrations() if m[0] >= 8]
     await conn.execute(
         "INSERT INTO endpoints (url, secret) SELECT 'https://example.com/' || n, 'whsec_x'"

@@ -53,6 +53,7 @@ ALTER TABLE endpoints
 -- exception's text, which could hold the request URL with macro values
 -- filled in, or bytes a receiver sent. Such rows keep only their class.
 -- One scan of each table; only the rows rewritten are locked.
+-- dispatcher_error_class is this step's own helper, gone at its end.
 CREATE FUNCTION dispatcher_error_class(p_error text) RETURNS text
 LANGUAGE sql IMMUTABLE STRICT AS $$
     SELECT CASE
@@ -90,11 +91,4 @@ ALTER TABLE applications
     ADD COLUMN event_tokens double precision,
     ADD COLUMN event_tokens_at timestamptz;
 
--- The bucket's level now (inlined into the statement that calls it).
-CREATE FUNCTION dispatcher_bucket_level(p_tokens float8, p_at timestamptz, p_rate float8)
-RETURNS float8 LANGUAGE sql STABLE AS $$
-    SELECT least(greatest(1, p_rate),
-                 coalesce(p_tokens, greatest(1, p_rate))
-                 + p_rate * greatest(0, extract(epoch FROM statement_timestamp()
-                                                - coalesce(p_at, statement_timestamp())))::float8)
-$$;
+-- The bucket's level (dispatcher_bucket_level): schema/functions/applications.sql.

@@ -31,9 +31,4 @@ CREATE TABLE event_types (
     CONSTRAINT event_types_scope_name UNIQUE NULLS NOT DISTINCT (name, application_id)
 );
 
--- The version payloads are checked against: the highest-numbered key.
-CREATE FUNCTION dispatcher_latest_schema(p_schemas jsonb) RETURNS jsonb
-LANGUAGE sql IMMUTABLE STRICT AS $$
-    SELECT value FROM jsonb_each(p_schemas)
-    WHERE key ~ '^[0-9]{1,9}$' ORDER BY key::int DESC LIMIT 1
-$$;
+-- The version checked (dispatcher_latest_schema): schema/functions/applications.sql.

@@ -7,11 +7,5 @@
 -- leaves now tells the others at once, on the channel that wakes their
 -- endpoint refresh (schema 012), so they rebalance in milliseconds.
 -- Heartbeats are updates and notify no one.
-CREATE FUNCTION dispatcher_workers_changed() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_notify('dispatcher_endpoints', '');
-    RETURN NULL;
-END $$;
-CREATE TRIGGER workers_joined AFTER INSERT OR DELETE ON dispatcher_workers
-    FOR EACH ROW EXECUTE FUNCTION dispatcher_workers_changed();
+
+-- The trigger (workers_joined): schema/functions/triggers.sql.

@@ -11,6 +11,4 @@
 -- notify no one.
 ALTER TABLE dispatcher_workers ADD COLUMN applied_members text[];
 
-CREATE TRIGGER workers_applied AFTER UPDATE OF applied_members ON dispatcher_workers
-    FOR EACH ROW WHEN (OLD.applied_members IS DISTINCT FROM NEW.applied_members)
-    EXECUTE FUNCTION dispatcher_workers_changed();
+-- The trigger that tells the others (workers_applied): schema/functions/triggers.sql.

@@ -15,6 +15,7 @@ import asyncpg
 from dispatcher import db
 from dispatcher.ops import tenancy
 from tests.helpers import FAST, add_endpoint, admin_api
+from tests.releases import build_release
 
 Rows = list[dict[str, Any]]
 
@@ -144,7 +145,7 @@ async def test_dead_letters_by_page_and_replay_since(db_url: str, conn: asyncpg.
 async def test_migration_014_on_a_queue_with_rows(empty_db_url: str) -> None:
     conn = await asyncpg.connect(empty_db_url)
     try:
-        await db.migrate(conn, upto=12)
+        await build_release(conn, 12)
         eid = await conn.fetchval(
             "INSERT INTO endpoints (url, secret) VALUES ('https://a.example/1', 'whsec_x')"
             " RETURNING id"

@@ -20,6 +20,7 @@ from dispatcher.core.errors import Conflict, Forbidden, NotFound, Unprocessable
 from dispatcher.core.models import EndpointSpec
 from dispatcher.ops import eventtypes, service, tenancy
 from tests.helpers import FAST, admin_api
+from tests.releases import build_release
 
 PAID = {
     "type": "object",
@@ -238,7 +239,7 @@ async def test_ops_errors(conn: asyncpg.Connection) -> None:
 async def test_migration_010_on_a_database_at_009(empty_db_url: str) -> None:
     conn = await asyncpg.connect(empty_db_url)
     try:
-        await db.migrate(conn, upto=9)
+        await build_release(conn, 9)
         await conn.execute("INSERT INTO applications (id, name) VALUES ('acme', 'Acme')")
         await conn.execute("SELECT dispatcher_enqueue('t', '{}')")
         assert "010_event_types.sql" in await db.migrate(conn)

@@ -10,6 +10,7 @@ import math
 import asyncpg
 
 from dispatcher import db
+from tests.releases import build_release
 
 LEAKY = "https://p.example/c?click_id=CLICK-SECRET-123&email=victim%40example.com"
 
@@ -26,7 +27,7 @@ async def _endpoint(conn: asyncpg.Connection, url: str, **columns: object) -> in
 async def test_migration_009_clamps_sets_aside_and_scrubs(empty_db_url: str) -> None:
     conn = await asyncpg.connect(empty_db_url)
     try:
-        await db.migrate(conn, upto=8)
+        await build_release(conn, 8)
         huge = await _endpoint(conn, "https://a.example/1", rate_per_s=1e308, burst=2**31 - 1,
                                max_in_flight=2**31 - 1, timeout_ms=1, max_attempts=1000,
                                retry_cap_ms=2**31 - 1, cooldown_s=math.inf)  # fmt: skip
@@ -52,7 +53,7 @@ async def test_migration_009_clamps_sets_aside_and_scrubs(empty_db_url: str) -> 
             f"ServerDisconnectedError: {LEAKY}",
         )
 
-        assert await db.migrate(conn, upto=9) == ["009_limits.sql"]
+        assert (await db.migrate(conn))[0] == "009_limits.sql"
 
         row = await conn.fetchrow("SELECT * FROM endpoints WHERE id = $1", huge)
         assert (row["rate_per_s"], row["burst"], row["max_in_flight"], row["timeout_ms"],
@@ -81,6 +82,6 @@ async def test_migration_009_clamps_sets_aside_and_scrubs(empty_db_url: str) -> 
         )
         assert "CLICK-SECRET" not in dumped and "victim" not in dumped and "<b>" not in dumped
         assert await conn.fetchval("SELECT count(*) FROM webhook_queue") == 5
-        assert await db.migrate(conn, upto=9) == []
+        assert await db.migrate(conn) == []
     finally:
         await conn.close()

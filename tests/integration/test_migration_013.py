@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncpg
 
 from dispatcher import db
+from tests.releases import build_release
 
 
 async def test_migration_013_keeps_rows_and_named_arguments(empty_db_url: str) -> None:
     conn = await asyncpg.connect(empty_db_url)
     try:
-        await db.migrate(conn, upto=12)
+        await build_release(conn, 12)
         eid = await conn.fetchval(
             "INSERT INTO endpoints (url, secret) VALUES ('https://a.example/pb', 'whsec_x')"
             " RETURNING id"

@@ -10,6 +10,7 @@ import asyncio
 import asyncpg
 
 from dispatcher import db
+from tests.releases import build_release
 
 
 async def test_migration_016_starts_in_probe_mode_and_keeps_the_fan_out(
@@ -18,7 +19,7 @@ async def test_migration_016_starts_in_probe_mode_and_keeps_the_fan_out(
     conn = await asyncpg.connect(empty_db_url)
     seen: list[str] = []
     try:
-        await db.migrate(conn, upto=15)
+        await build_release(conn, 15)
         eid = await conn.fetchval(
             "INSERT INTO endpoints (url, secret) VALUES ('https://a.example/1', 'whsec_x')"
             " RETURNING id"
@@ -34,7 +35,7 @@ async def test_migration_016_starts_in_probe_mode_and_keeps_the_fan_out(
             eid,
         )
 
-        assert await db.migrate(conn, upto=16) == ["016_wake.sql"]
+        assert (await db.migrate(conn))[0] == "016_wake.sql"
 
         assert await conn.fetchval("SELECT wake FROM dispatcher_settings") == "probe"
         await conn.add_listener("dispatcher_due", lambda *a: seen.append(str(a[2])))
@@ -56,6 +57,6 @@ async def test_migration_016_starts_in_probe_mode_and_keeps_the_fan_out(
         await conn.execute("SELECT 1")
         await asyncio.sleep(0.2)
         assert seen == []  # probe mode: as before the migration
-        assert await db.migrate(conn, upto=16) == []
+        assert await db.migrate(conn) == []
     finally:
         await conn.close()

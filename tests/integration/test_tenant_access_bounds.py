@@ -34,6 +34,7 @@ from dispatcher.ops import tenancy
 from dispatcher.web.security import CSRF_HEADER, PORTAL_COOKIE
 from tests.helpers import FAST, admin_api, cli, drain
 from tests.receivers import Receiver
+from tests.releases import build_release
 
 ADMIN = "bounds-admin-token"
 A, B = "tenant-a", "tenant-b"
@@ -359,7 +360,7 @@ async def test_migration_018_keeps_codes_and_sessions_made_before_it(empty_db_ur
     session still acts, and a producer's two-argument cancel still works."""
     conn = await asyncpg.connect(empty_db_url)
     try:
-        await db.migrate(conn, upto=17)
+        await build_release(conn, 17)
         code, sid = "old-code", "old-session"
         await conn.execute(
             "INSERT INTO portal_codes (code_hash, application_id, expires_at)"
@@ -376,11 +377,11 @@ async def test_migration_018_keeps_codes_and_sessions_made_before_it(empty_db_ur
         )
         [queued] = await conn.fetchval("SELECT dispatcher_enqueue('t', '{}', 'e1')")
 
-        assert await db.migrate(conn, upto=18) == ["018_portal_bounds.sql"]
+        assert (await db.migrate(conn))[0] == "018_portal_bounds.sql"
 
         assert await tenancy.session_application(conn, sid) == "default"
         assert await tenancy.redeem_code(conn, code) == ("default", None)
         assert await conn.fetchval("SELECT dispatcher_cancel_event('default', 'e1')") == [queued]
-        assert await db.migrate(conn, upto=18) == []
+        assert await db.migrate(conn) == []
     finally:
         await conn.close()

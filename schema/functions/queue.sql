@@ -1,0 +1,243 @@
+-- The outbox's SQL interface: what producers call in their own
+-- transactions to enqueue events (dispatcher_enqueue, dispatcher_enqueue_app)
+-- and to release or cancel what they queued; the argument checks those
+-- share; the wake-up of the workers (dispatcher_settings.wake, schema 016).
+-- The HTTP API and the CLI enqueue through the same functions.
+--
+-- Functions here are defined once and edited in place: `dispatcher
+-- migrate` re-applies this file when its text changes (CONTRIBUTING.md,
+-- "Changing the schema").
+
+-- The argument checks every enqueue function makes, in one place.
+CREATE OR REPLACE FUNCTION dispatcher_check_event(p_event_type text, p_event_id text, p_payload json)
+RETURNS void LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF p_event_type IS NULL OR p_event_type = '' OR length(p_event_type) > 200 THEN
+        RAISE EXCEPTION 'event_type must be 1..200 characters' USING ERRCODE = '22023';
+    END IF;
+    IF length(p_event_id) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION 'event_id must be 1..200 characters' USING ERRCODE = '22023';
+    END IF;
+    IF p_payload IS NULL THEN
+        RAISE EXCEPTION 'payload must not be null' USING ERRCODE = '22023';
+    END IF;
+    IF octet_length(p_payload::text) >
+       coalesce(nullif(current_setting('dispatcher.max_payload_bytes', true), '')::int, 262144) THEN
+        RAISE EXCEPTION 'payload is over the size limit' USING ERRCODE = '22023';
+    END IF;
+END $$;
+
+-- NOTIFY the workers when the switch says so: what every path that makes
+-- rows due calls (dispatcher_enqueue_app below inlines the same test).
+-- Identical notifications of one transaction fold into one, so a producer
+-- that enqueues many events in one transaction still sends one.
+CREATE OR REPLACE FUNCTION dispatcher_wake_workers() RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF (SELECT wake FROM dispatcher_settings) = 'notify' THEN
+        PERFORM pg_notify('dispatcher_due', '');
+    END IF;
+END $$;
+
+-- One application's event, fanned out: the function every enqueue path
+-- ends in (the HTTP API's, the CLI's, dispatcher_enqueue's below). Targets are the application's live endpoints of kind
+-- 'webhook' (a producer's events never reach an ops webhook, by
+-- subscription or by id), enabled and subscribed to the type, whose filter
+-- lets the payload through and whose channels, if any, share one with
+-- `channels`; or only p_endpoint_id, which must be the application's and
+-- is sent the event as asked. An event id is unique within the
+-- application (another may use the same id for its own event): the same
+-- id again creates nothing new and answers with the deliveries it has.
+-- The rows are due at `deliver_at` (or now); with `hold` they are inserted
+-- `held` and wait for dispatcher_release_event. One signature, so that
+-- callers naming the arguments resolve.
+--
+-- One statement when the event id is new: whether rows with this id
+-- existed before is asked in the INSERT's own statement, whose snapshot
+-- does not include the rows it inserts; a row a concurrent call inserted
+-- shows as a target without its row, and then the second lookup (a new
+-- snapshot) answers. An unknown application raises and inserts nothing;
+-- it is looked up only when nothing was targeted, so the common path pays
+-- no extra read. Rows due now wake the workers when the switch says so.
+CREATE OR REPLACE FUNCTION dispatcher_enqueue_app(
+    p_app text,
+    p_event_type text,
+    p_payload json,
+    p_event_id text DEFAULT NULL,
+    p_endpoint_id bigint DEFAULT NULL,
+    channels text[] DEFAULT NULL,
+    deliver_at timestamptz DEFAULT NULL,
+    hold boolean DEFAULT false
+) RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_event_id text := coalesce(p_event_id, 'evt_' || replace(gen_random_uuid()::text, '-', ''));
+    v_ids bigint[];
+    v_new boolean;
+    v_targets bigint;
+    v_channels text[] := channels;
+    v_due timestamptz := coalesce(deliver_at, now());
+    v_status text := CASE WHEN coalesce(hold, false) THEN 'held' ELSE 'pending' END;
+BEGIN
+    PERFORM dispatcher_check_event(p_event_type, v_event_id, p_payload);
+    WITH target AS MATERIALIZED (
+        SELECT e.id, e.max_attempts,
+               dispatcher_order_key(e.ordering, e.ordering_key, p_payload) AS order_key
+        FROM endpoints e
+        WHERE e.deleted_at IS NULL AND e.application_id = p_app AND e.kind = 'webhook'
+          AND CASE WHEN p_endpoint_id IS NULL
+                   THEN e.enabled AND (e.event_types @> ARRAY[p_event_type] OR e.event_types @> '{*}')
+                        AND dispatcher_filter_passes(e.filter, p_payload)
+                        AND (e.channels IS NULL OR e.channels && v_channels)
+                   ELSE e.id = p_endpoint_id END
+    ), ins AS (
+        INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload, max_attempts,
+                                   order_key, next_attempt_at, status)
+        SELECT t.id, v_event_id, p_event_type, p_payload, t.max_attempts, t.order_key, v_due,
+               v_status
+        FROM target t
+        ON CONFLICT (endpoint_id, event_id) DO NOTHING
+        RETURNING id
+    )
+    SELECT coalesce(array_agg(id ORDER BY id), '{}'),
+           (SELECT count(*) FROM target),
+           count(*) = (SELECT count(*) FROM target)
+           AND NOT (p_event_id IS NOT NULL
+                    AND EXISTS (SELECT 1 FROM webhook_queue q
+                                JOIN endpoints o ON o.id = q.endpoint_id
+                                WHERE q.event_id = v_event_id AND o.application_id = p_app
+                                  AND o.kind = 'webhook'))
+    INTO v_ids, v_targets, v_new
+    FROM ins;
+    -- Only rows due now: held ones wait for their release, and rows for
+    -- later are found by the workers' poll once due, as in `probe` mode.
+    -- dispatcher_wake_workers() inlined (a plpgsql call would cost a
+    -- producer more than the read of the switch itself), and the switch
+    -- read only when this call queued rows due now.
+    IF cardinality(v_ids) > 0 AND v_status = 'pending' AND v_due <= now()
+       AND (SELECT wake FROM dispatcher_settings) = 'notify' THEN
+        PERFORM pg_notify('dispatcher_due', '');
+    END IF;
+    IF v_targets = 0 THEN
+        IF NOT EXISTS (SELECT 1 FROM applications WHERE id = p_app) THEN
+            RAISE EXCEPTION 'unknown application: %', p_app USING ERRCODE = '22023';
+        END IF;
+        IF p_endpoint_id IS NOT NULL AND EXISTS (
+            SELECT 1 FROM endpoints WHERE id = p_endpoint_id AND deleted_at IS NULL
+              AND kind = 'webhook' AND application_id <> p_app) THEN
+            RAISE EXCEPTION 'endpoint % is not in application %', p_endpoint_id, p_app
+                USING ERRCODE = '22023';
+        END IF;
+    END IF;
+    IF v_new THEN
+        RETURN v_ids;
+    END IF;
+    SELECT coalesce(array_agg(q.id ORDER BY q.id), '{}') INTO v_ids
+    FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
+    WHERE q.event_id = v_event_id
+      AND e.deleted_at IS NULL AND e.application_id = p_app AND e.kind = 'webhook'
+      AND CASE WHEN p_endpoint_id IS NULL
+               THEN e.event_types @> ARRAY[p_event_type] OR e.event_types @> '{*}'
+               ELSE e.id = p_endpoint_id END;
+    RETURN v_ids;
+END $$;
+
+-- The transactional outbox: call inside the producer's own transaction.
+-- The event of application `default`, or, with an endpoint given by id,
+-- that endpoint's application (dispatcher_enqueue_app). The payload is
+-- json (kept byte for byte); the text and jsonb overloads below take the
+-- other forms producers hold. plpgsql rather than a SQL wrapper: its plan
+-- is cached per session, where a SQL function that cannot be inlined is
+-- planned again by every call (a quarter of a producer's transaction
+-- rate, measured with pgbench).
+CREATE OR REPLACE FUNCTION dispatcher_enqueue(
+    p_event_type text,
+    p_payload json,
+    p_event_id text DEFAULT NULL,
+    p_endpoint_id bigint DEFAULT NULL
+) RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_app text;
+BEGIN
+    IF p_endpoint_id IS NOT NULL THEN
+        SELECT application_id INTO v_app FROM endpoints
+        WHERE id = p_endpoint_id AND deleted_at IS NULL;
+    END IF;
+    RETURN dispatcher_enqueue_app(coalesce(v_app, 'default'), p_event_type, p_payload,
+                                  p_event_id, p_endpoint_id);
+END $$;
+
+-- An untyped literal resolves to the text overload (PostgreSQL prefers the
+-- string category), a jsonb value to the jsonb one; both land in the json one.
+CREATE OR REPLACE FUNCTION dispatcher_enqueue(
+    p_event_type text,
+    p_payload text,
+    p_event_id text DEFAULT NULL,
+    p_endpoint_id bigint DEFAULT NULL
+) RETURNS bigint[]
+LANGUAGE sql AS $$
+    SELECT dispatcher_enqueue(p_event_type, p_payload::json, p_event_id, p_endpoint_id)
+$$;
+
+CREATE OR REPLACE FUNCTION dispatcher_enqueue(
+    p_event_type text,
+    p_payload jsonb,
+    p_event_id text DEFAULT NULL,
+    p_endpoint_id bigint DEFAULT NULL
+) RETURNS bigint[]
+LANGUAGE sql AS $$
+    SELECT dispatcher_enqueue(p_event_type, p_payload::text::json, p_event_id, p_endpoint_id)
+$$;
+
+-- A producer approves or rejects a conversion in its own transaction, as
+-- it enqueued it. Both return the ids they changed.
+--
+-- Release: held → pending, due at its deliver_at or now. The rows are then
+-- due: it wakes the workers as an enqueue does.
+CREATE OR REPLACE FUNCTION dispatcher_release_event(p_app text, p_event_id text)
+RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_ids bigint[];
+BEGIN
+    WITH changed AS (
+        UPDATE webhook_queue q
+        SET status = 'pending', next_attempt_at = greatest(q.next_attempt_at, now()),
+            updated_at = now()
+        FROM endpoints e
+        WHERE q.event_id = p_event_id AND q.status = 'held'
+          AND e.id = q.endpoint_id AND e.application_id = p_app
+        RETURNING q.id
+    )
+    SELECT coalesce(array_agg(id ORDER BY id), '{}') INTO v_ids FROM changed;
+    IF cardinality(v_ids) > 0 THEN
+        PERFORM dispatcher_wake_workers();
+    END IF;
+    RETURN v_ids;
+END $$;
+
+-- Cancel: held, pending or awaiting retry → cancelled (a row on the wire
+-- is not stopped). The operator's operational webhooks live in application
+-- default but are no tenant's: their deliveries name every application's
+-- endpoints. An application's cancel of an event leaves them alone
+-- (p_operator_ops false, as the service passes for every caller scoped to
+-- an application); the operator, and producers' SQL, cancel everything of
+-- the event (the default). Release needs no such flag: ops deliveries are
+-- never held.
+CREATE OR REPLACE FUNCTION dispatcher_cancel_event(
+    p_app text, p_event_id text, p_operator_ops boolean DEFAULT true
+) RETURNS bigint[]
+LANGUAGE sql AS $$
+    WITH changed AS (
+        UPDATE webhook_queue q
+        SET status = 'cancelled', last_error = 'cancelled', locked_by = NULL,
+            updated_at = now()
+        FROM endpoints e
+        WHERE q.event_id = p_event_id AND q.status IN ('held', 'pending', 'failed')
+          AND e.id = q.endpoint_id AND e.application_id = p_app
+          AND (p_operator_ops OR e.ops_scope IS DISTINCT FROM 'operator')
+        RETURNING q.id
+    )
+    SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM changed;
+$$;
