@@ -366,8 +366,23 @@ def validate_headers(headers: tuple[tuple[str, str], ...]) -> None:
         if value.startswith("enc:v1:"):
             # The stored form of a sealed value: a plain one must not look like it.
             raise BadInput(f"header {name}: value must not start with enc:v1:")
-        if _APP_TOKEN.search(value):
-            # An application's credential sent with every delivery hands it
-            # to the receiver, or to this server (a loop, issue 32). Also
-            # what the worker checks before sending (gate: "headers invalid").
-            raise BadInput(f"header {name}: value must not carry an application token (dtk_…)")
+        carried = carried_credential(value)
+        if carried is not None:
+            # Also what the worker checks before sending (gate: "headers invalid").
+            raise BadInput(f"header {name}: value must not carry {carried}")
+
+
+def carried_credential(value: str, tokens: Sequence[str] = ()) -> str | None:
+    """Which of this server's credentials a header value carries, if any:
+    an application's API token (dtk_…, known by its form), or one of
+    `tokens` (the admin token, which only the deployment knows: ops passes
+    its TargetPolicy's). Sent with every delivery, it would hand the
+    credential to the receiver, or let an endpoint drive this server's API
+    (a loop, issue 32). A short token (allowed on loopback) counts only as
+    a whole word, not inside others."""
+    if _APP_TOKEN.search(value):
+        return "an application token (dtk_…)"
+    for token in tokens:
+        if token in value.split() or (len(token) >= 16 and token in value):
+            return "this server's credentials"
+    return None

@@ -24,8 +24,8 @@ from dispatcher.core.signing import validate_secret
 from dispatcher.core.ssrf import TargetPolicy
 from dispatcher.db import Conn, applications, catalog
 from dispatcher.db import opswebhooks as db
+from dispatcher.ops.endpoints import DEFAULT_GRACE_S, new_secret, vet_target
 from dispatcher.ops.inputs import check_id, spec_from_fields
-from dispatcher.ops.service import DEFAULT_GRACE_S, new_secret, vet_target
 from dispatcher.ops.tenancy import check_app
 
 FIELDS = ("url", "event_types", "description", "disabled")  # what update takes

@@ -11,36 +11,17 @@ delivery answers 404 like one that does not exist.
 
 from __future__ import annotations
 
-import contextlib
-
 from aiohttp import web
 
-from dispatcher import db
-from dispatcher.core.errors import BadInput, Forbidden
+from dispatcher.core.errors import BadInput
 from dispatcher.ops import browse
 from dispatcher.web import openapi as oas
-from dispatcher.web import security
-from dispatcher.web.keys import POOL
+from dispatcher.web.keys import acquire
+from dispatcher.web.params import scope
 from dispatcher.web.routes import Access, Route
 from dispatcher.web.security import json_response as _json
 
 NEXT_CURSOR = "X-Next-Cursor"
-
-
-def _conn(request: web.Request) -> contextlib.AbstractAsyncContextManager[db.Conn]:
-    return db.acquire(request.app[POOL])
-
-
-def _scope(request: web.Request) -> str | None:
-    """`?app=`: an application's credential may name only its own (403),
-    and always acts in it; the admin, in the one named or in all."""
-    query = request.query.get("app")
-    own: str | None = request.get(security.APP)
-    if own is not None:
-        if query is not None and query != own:
-            raise Forbidden("this credential acts only inside its own application")
-        return own
-    return query
 
 
 def _int(value: str, name: str) -> int:
@@ -63,8 +44,8 @@ def _text(request: web.Request, name: str) -> str | None:
 async def deliveries(request: web.Request) -> web.Response:
     """`{"deliveries", "next_cursor"}`: newest first, filtered by any of
     status, endpoint_id, app, event_type, event_id, since, until."""
-    app = _scope(request)
-    async with _conn(request) as conn:
+    app = scope(request)
+    async with acquire(request) as conn:
         doc = await browse.list_deliveries(
             conn, app=app, status=_text(request, "status"),
             endpoint_id=_query_int(request, "endpoint_id"),
@@ -77,17 +58,17 @@ async def deliveries(request: web.Request) -> web.Response:
 
 async def delivery(request: web.Request) -> web.Response:
     delivery_id = _int(request.match_info["id"], "id")
-    async with _conn(request) as conn:
-        return _json(await browse.get_delivery(conn, delivery_id, _scope(request)))
+    async with acquire(request) as conn:
+        return _json(await browse.get_delivery(conn, delivery_id, scope(request)))
 
 
 async def dead_letters(request: web.Request) -> web.Response:
     """A list, as it always was; the next page's `?cursor=` in X-Next-Cursor
     (absent on the last page), so that existing callers read the same body."""
-    async with _conn(request) as conn:
+    async with acquire(request) as conn:
         rows, nxt = await browse.dead_letters_page(
             conn, endpoint_id=_query_int(request, "endpoint_id"),
-            limit=_query_int(request, "limit"), app=_scope(request),
+            limit=_query_int(request, "limit"), app=scope(request),
             cursor=request.query.get("cursor"),
         )  # fmt: skip
     response = _json(rows)

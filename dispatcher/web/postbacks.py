@@ -17,18 +17,11 @@ from dispatcher import db
 from dispatcher.ops import service
 from dispatcher.ops.inputs import check_event_type, check_id, payload_text
 from dispatcher.web import openapi as oas
-from dispatcher.web.keys import POOL, SETTINGS, read_object
+from dispatcher.web.keys import POOL, SETTINGS, acquire, read_object
+from dispatcher.web.params import scope
 from dispatcher.web.routes import Access, Handler, Route
 from dispatcher.web.security import json_response as _json
 from dispatcher.worker import testshot
-
-
-def _scope(request: web.Request, named: object) -> str | None:
-    """admin._scope (imported when called: admin imports this module for
-    its route table): an application's credential acts in its own only."""
-    from dispatcher.web.admin import _scope as scope
-
-    return scope(request, named)
 
 
 async def endpoint_send_test(request: web.Request) -> web.Response:
@@ -42,7 +35,7 @@ async def endpoint_send_test(request: web.Request) -> web.Response:
     eid = int(request.match_info["id"])  # the route's pattern: digits
     check_id(eid, "id")
     body = await read_object(request, ("payload", "event_type", "app"))
-    app = _scope(request, body.get("app"))
+    app = scope(request, body.get("app"))
     settings = request.app[SETTINGS]
     if "payload" in body:
         raw = payload_text(orjson.dumps(body["payload"]), settings.max_payload_bytes)
@@ -71,8 +64,8 @@ def _event_action(release: bool) -> Handler:
 
     async def handler(request: web.Request) -> web.Response:
         body = await read_object(request, ("app",))
-        app = _scope(request, body.get("app"))
-        async with db.acquire(request.app[POOL]) as conn:
+        app = scope(request, body.get("app"))
+        async with acquire(request) as conn:
             return _json(await op(conn, request.match_info["event_id"], app))
 
     return handler

@@ -6,12 +6,15 @@ rows (gate → sign → POST) → outcomes to the recorder, which writes them in
 batches. No transaction is open while a request is in flight; claims
 continue while earlier rows are still being sent.
 
-It decides no policy itself: retry timing comes from retry.py, claim
-budgets from planner.py, breaker transitions from breaker.py (through the
-gates and the recorder). Its helpers run as supervised background tasks:
-the refresher (endpoints, shares, probes), the recorder (outcomes) and
-maintenance. A helper that ends for any reason but shutdown stops the
-worker loudly: it never runs on half alive.
+It decides no policy itself: retry timing comes from retry.py (through
+attempt.py, one row's attempt), claim budgets from planner.py (through
+claimer.py, which sizes and runs each claim), breaker transitions from
+breaker.py (through the gates and the recorder). What it keeps is the
+flow: when to claim, where each row's outcome goes, when to stop. Its
+helpers run as supervised background tasks: the refresher (endpoints,
+shares, probes), the recorder (outcomes) and maintenance. A helper that
+ends for any reason but shutdown stops the worker loudly: it never runs on
+half alive.
 """
 
 from __future__ import annotations
@@ -28,23 +31,17 @@ from typing import Any
 import asyncpg
 
 from dispatcher import log
-from dispatcher.core import failover, planner, window
+from dispatcher.core import failover, window
 from dispatcher.core.errors import OperationalError
-from dispatcher.core.models import AttemptResult, Delivery, Outcome, Stats, Status, Verdict
-from dispatcher.core.retry import decide
-from dispatcher.db import (
-    CONNECT_TIMEOUT_S,
-    DATABASE_ERRORS,
-    Conn,
-    acquire,
-    create_pool,
-    require_schema,
-    store,
-)
+from dispatcher.core.models import AttemptResult, Delivery, Outcome, Stats, Status
+from dispatcher.db import CONNECT_TIMEOUT_S, acquire, create_pool, require_schema, store
 from dispatcher.metrics import Metrics
 from dispatcher.settings import Settings
+from dispatcher.worker import attempt
+from dispatcher.worker.claimer import Claimer
 from dispatcher.worker.connectivity import Connectivity
-from dispatcher.worker.gate import Gate, Gates
+from dispatcher.worker.endpointgate import Gate
+from dispatcher.worker.gate import Gates
 from dispatcher.worker.listener import Listener
 from dispatcher.worker.maintenance import Maintenance
 from dispatcher.worker.prober import TICK_S, Prober
@@ -54,8 +51,6 @@ from dispatcher.worker.rewriter import Rewriter
 from dispatcher.worker.sender import Sender
 from dispatcher.worker.slots import Slots
 
-# How long a failed claim waits before the next try.
-CLAIM_RETRY_S = 1.0
 # The worker's pooled statements (claims, outcome writes, the heartbeat, the
 # endpoints' refresh) take milliseconds; one that takes this long is on a
 # connection whose network died silently: the connection is dropped and the
@@ -65,8 +60,6 @@ CLAIM_RETRY_S = 1.0
 STATEMENT_TIMEOUT_S = 5.0
 # A timer for a retry that comes due fires this long after the due time.
 RETRY_WAKE_SLACK_S = 0.03
-# `run --drain` gives up when the database stays unreachable this long.
-DRAIN_GIVE_UP_S = 30.0
 
 Job = tuple[Delivery, Gate]
 
@@ -107,12 +100,13 @@ class Engine:
         # unless --max-in-flight fixed it (window.py).
         self._window = window.initial(settings.max_in_flight, now=time.monotonic())
         self._window_max = self._window.limit
-        self._since_claim = 0
-        self._last_got = 0  # rows the last claim that ran got: the prober's busy signal
+        self._claimer = Claimer(settings=settings, worker=self.worker, gates=self._gates,
+                                connectivity=self.connectivity, stats=self._stats,
+                                metrics=metrics, draw=random_draw,
+                                window=lambda: self._window.limit,
+                                in_flight=lambda: self._inflight, start=self._start)  # fmt: skip
         self._slots: Slots[Job] = Slots(self._run_row, lambda: self._window.limit)
         self._background: list[asyncio.Task[None]] = []
-        self._claim_failing_since = 0.0
-        self._claim_failed = False  # an empty claim that was really a failed one
         self._retry_timer: asyncio.TimerHandle | None = None
         self._retry_due = 0.0  # loop time the timer fires at
         self._pool: asyncpg.Pool | None = None
@@ -204,7 +198,7 @@ class Engine:
             # Producers NOTIFY or not by the database's switch (schema 016):
             # the prober finds new rows in probe mode and parks in notify mode.
             prober = self._prober = Prober(self.url, self._wake, db,
-                                           busy=lambda: self._last_got > 0)  # fmt: skip
+                                           busy=lambda: self._claimer.last_got > 0)  # fmt: skip
             self._refresher = Refresher(pool, self._gates, worker=self.worker, settings=s,
                                         box=s.secret_box(), connectivity=db,
                                         wake=self._wake, holding=self._holding,
@@ -270,7 +264,7 @@ class Engine:
                 self._drain
                 and got == 0
                 and self._inflight == 0
-                and not self._claim_failed
+                and not self._claimer.failed
                 and not self._settling()
             ):
                 # Outcomes just written may have made rows due (a retry with
@@ -279,7 +273,7 @@ class Engine:
                 # have made room for it: that is not the end of a drain.)
                 await self._flush_all()
                 got, _ = await self._claim()
-                if got == 0 and self._inflight == 0 and not self._claim_failed:
+                if got == 0 and self._inflight == 0 and not self._claimer.failed:
                     return
                 continue
             if got and budget_left:
@@ -293,7 +287,7 @@ class Engine:
         """The poll; while busy with the prober parked (notify mode), its
         tick: the claim is the probe, as the prober's busy tick makes it."""
         parked = self._prober is not None and self._prober.parked
-        return TICK_S if parked and self._last_got > 0 else poll
+        return TICK_S if parked and self._claimer.last_got > 0 else poll
 
     async def _pace(self) -> None:
         """Samples the loop's lag and resizes the window (window.py); room
@@ -348,105 +342,11 @@ class Engine:
 
     # ------------------------------------------------------------ claiming
 
-    def _claim_threshold(self) -> int:
-        return max(1, min(self.settings.batch_size, self._window.limit) // 8)
-
-    def _wants(self) -> tuple[list[planner.Want], bool]:
-        """What each gate can take now, and whether any has a place free
-        with no row waiting for it (then a claim is due at once)."""
-        now = time.monotonic()
-        margin = self.settings.lease_margin_s
-        ids = self._gates.ids
-        wants = []
-        hungry = False
-        for eid in planner.rotated(ids, int(self._draw() * len(ids))):
-            gate = self._gates[eid]
-            n = gate.budget(now)
-            if n > 0:
-                wants.append(planner.Want(eid, n, gate.lease_s(margin), gate.endpoint.app))
-                hungry = hungry or gate.claimed < gate.places()
-        return wants, hungry
-
     async def _claim(self) -> tuple[int, bool]:
-        """Claims what can be started now. Returns (rows, budget left after)."""
-        free = self._window.limit - self._inflight
-        if free <= 0:
-            return 0, False
-        assert self._recorder is not None
-        started = self.connectivity.now()
-        if self._recorder.behind:
-            try:
-                await self._recorder.flush_all()
-            except DATABASE_ERRORS as exc:
-                await self._claim_failed_with(exc, started)
-                return 0, False
-        wants, hungry = self._wants()
-        if not wants:
-            return 0, False
-        if not hungry and sum(w.rows for w in wants) < self._claim_threshold():
-            # Only rows claimed ahead are wanted, and every place is busy or
-            # has a row waiting for it: top them up in one claim of some
-            # size, not a query for a handful on every busy tick (three
-            # times the transactions per delivery, measured).
-            return 0, False
-        limit = min(free, self.settings.batch_size)
-        first = planner.first_pass(wants, limit)
-        assert self._pool is not None
-        t0 = time.perf_counter()
-        rows: list[Delivery] = []
-        try:
-            async with acquire(self._pool) as conn:
-                rows = await self._claim_pass(conn, first, limit)
-                more = planner.second_pass(
-                    wants, first, planner.counts([d.endpoint_id for d in rows]), limit - len(rows)
-                )
-                if more:
-                    rows += await self._claim_pass(conn, more, limit - len(rows))
-        except DATABASE_ERRORS as exc:
-            await self._claim_failed_with(exc, started)
-            return len(rows), False
-        self.connectivity.ok(started=started, wrote=True)
-        self._claim_failing_since = 0.0
-        self._claim_failed = False
-        self._stats.claims += 1
-        if self.metrics is not None:
-            self.metrics.claim_seconds.observe(time.perf_counter() - t0)
-            self.metrics.in_flight.set(self._inflight)
-        self._since_claim = 0
-        # Only a claim that ran says busy or idle: a full window or no
-        # sendable endpoint keeps the last answer (the prober then wakes
-        # the loop each tick, which costs no query, rather than probing).
-        self._last_got = len(rows)
-        return len(rows), len(rows) == limit and self._inflight < self._window.limit
-
-    async def _claim_pass(
-        self, conn: Conn, wants: list[planner.Want], limit: int
-    ) -> list[Delivery]:
-        self._stats.statements += 1
-        rows = await store.claim(
-            conn,
-            endpoint_ids=[w.endpoint_id for w in wants],
-            budgets=[w.rows for w in wants],
-            leases_s=[w.lease_s for w in wants],
-            limit=limit,
-            worker=self.worker,
-        )
-        # On their way at once: a first pass's rows (an application's fresh
-        # event among them) do not wait for the second pass, nor for its
-        # failure, which would leave them to their lease.
-        for d in rows:
-            self._start(d)
-        return rows
-
-    async def _claim_failed_with(self, exc: BaseException, started: float) -> None:
-        self.connectivity.failed("claim", exc, started=started)
-        self._claim_failed = True
-        now = time.monotonic()
-        self._claim_failing_since = self._claim_failing_since or now
-        if self._drain and now - self._claim_failing_since > DRAIN_GIVE_UP_S:
-            # A batch job should fail loudly, not wait forever for a database.
-            raise OperationalError(f"database unavailable for {DRAIN_GIVE_UP_S:.0f} s") from None
-        await asyncio.sleep(CLAIM_RETRY_S)
+        """Claims what can be started now (claimer.py). Returns (rows,
+        budget left after)."""
+        assert self._pool is not None and self._recorder is not None
+        return await self._claimer.claim(self._pool, self._recorder, drain=self._drain)
 
     # ------------------------------------------------------------ delivering
 
@@ -461,7 +361,9 @@ class Engine:
         """One claimed row on a slot: sent (or not), then resolved."""
         d, gate = job
         try:
-            outcome, result = await self._deliver(gate, d)
+            outcome, result = await attempt.deliver(
+                gate, d, self.sender, self._is_stopping, self._draw
+            )
         except asyncio.CancelledError:
             self._resolve_safely(d, gate, Outcome.handed_back(d), None)  # back unspent
             raise
@@ -469,26 +371,6 @@ class Engine:
             log.event("delivery_task_crashed", logging.ERROR, error=log.crash_site(exc))
             outcome, result = Outcome.handed_back(d), None
         self._resolve_safely(d, gate, outcome, result)
-
-    async def _deliver(self, gate: Gate, d: Delivery) -> tuple[Outcome, AttemptResult | None]:
-        if gate.wire is None:
-            return Outcome.unsendable(d, f"endpoint unusable: {gate.broken}"), None
-        # A payload the endpoint's shape cannot use (a missing macro) is at
-        # fault, not the endpoint: dead at once, unsent, unseen by the breaker.
-        doc, unusable = gate.wire.prepare(d.body)
-        if unusable is not None:
-            return Outcome.unsendable(d, unusable), None
-        async with gate.admit(d, self._is_stopping) as admitted:
-            if not admitted:
-                return Outcome.handed_back(d, gate.paused_for()), None
-            try:
-                result = await self.sender.post(gate.wire, d, doc)
-            except Exception as exc:
-                # A bug or a value the wire cannot carry: an attempt that
-                # failed (bounded by max_attempts), never a row handed back
-                # to be claimed again at once, forever.
-                result = _crashed(exc)
-        return self._decide(gate, d, result), result
 
     def _is_stopping(self) -> bool:
         return self._stopping
@@ -519,8 +401,7 @@ class Engine:
                 self._recorder.add_results(d.endpoint_id, ready)
         if outcome.status is Status.FAILED or outcome.next_attempt_in_s:
             self._wake_for(outcome.next_attempt_in_s)
-        self._since_claim += 1
-        if self._since_claim >= self._claim_threshold() or self._inflight == 0:
+        if self._claimer.resolved() or self._inflight == 0:
             self._wake.set()
 
     def _wake_for(self, delay_s: float) -> None:
@@ -544,19 +425,6 @@ class Engine:
         self._retry_timer = None
         self._wake.set()
 
-    def _decide(self, gate: Gate, d: Delivery, r: AttemptResult) -> Outcome:
-        ep = gate.endpoint
-        decision = decide(
-            verdict=r.verdict,
-            attempts_made=d.attempt_count + 1,
-            max_attempts=d.max_attempts,
-            base_s=ep.retry_base_ms / 1000,
-            cap_s=ep.retry_cap_ms / 1000,
-            jitter=self._draw(),
-            retry_after_s=r.retry_after_s,
-        )
-        return Outcome.attempted(d, r, decision.status, decision.delay_s)
-
 
 def _fd_limit() -> int | None:
     """The soft descriptor limit (one socket per request in flight)."""
@@ -567,13 +435,3 @@ def _fd_limit() -> int | None:
     except (ImportError, OSError, ValueError):
         return None
     return None if soft == resource.RLIM_INFINITY else int(soft)
-
-
-def _crashed(exc: Exception) -> AttemptResult:
-    log.event("attempt_crashed", logging.ERROR, error=log.crash_site(exc))
-    return AttemptResult(
-        verdict=Verdict.RETRYABLE,
-        status_code=None,
-        response_ms=0,
-        error=f"internal error: {type(exc).__name__}"[:300],
-    )

@@ -34,7 +34,8 @@ from dispatcher.db import acquire, store
 from dispatcher.db import wake as wake_switch
 from dispatcher.settings import Settings
 from dispatcher.worker.connectivity import Connectivity
-from dispatcher.worker.gate import Gate, Gates
+from dispatcher.worker.endpointgate import Gate
+from dispatcher.worker.gate import Gates
 
 # How often a worker that owes the others a smaller share looks whether it
 # holds no more than that share yet.

@@ -1,6 +1,10 @@
-"""The HTTP adapter: signs, POSTs, classifies. The only module using aiohttp's client.
+"""The HTTP adapter: sends, classifies. The only module using aiohttp's client.
 
-It owns one ClientSession (one connector, keep-alive pool) for the process.
+It owns one ClientSession (one connector, keep-alive pool) for the process,
+the resolver that keeps the SSRF guard on every connection, and what an
+attempt's answer (or failure) means. What a request is built from, and its
+signature, are wire.py's (`Sender.wire` makes an endpoint's).
+
 It never logs or stores payloads or response bodies: a response body is read
 up to a small cap only so the connection can go back to the pool.
 """
@@ -10,48 +14,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import json
-import os
-import random
 import socket
 import ssl
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import orjson
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
-from multidict import CIMultiDict
 from yarl import URL
 
 from dispatcher.core.errors import BadInput, OperationalError, TargetRefused
 from dispatcher.core.models import AttemptResult, Delivery, Endpoint, Verdict
 from dispatcher.core.retry import classify_status, parse_retry_after
-from dispatcher.core.shaping import (
-    SUCCESS_BODY_BYTES,
-    Unshapeable,
-    body_matches,
-    compile_success_body,
-    form_body,
-    load_value_map,
-    parse_template,
-    postback_id,
-)
-from dispatcher.core.signing import Signer
-from dispatcher.core.ssrf import (
-    NON_PUBLIC,
-    UNRESOLVED,
-    check_address,
-    refusal_kind,
-    target_refusal,
-)
-from dispatcher.version import __version__
+from dispatcher.core.shaping import SUCCESS_BODY_BYTES, body_matches
+from dispatcher.core.ssrf import NON_PUBLIC, UNRESOLVED, check_address, refusal_kind
 from dispatcher.worker.deadlines import Deadlines
+from dispatcher.worker.wire import EndpointWire, load_client_cert
 
-USER_AGENT = f"dispatcher/{__version__}"
 MAX_ERROR_LEN = 300
 # aiohttp arms no timer of its own: the endpoint's timeout is kept by
 # Deadlines (one sweeper for every request in flight).
@@ -168,122 +149,6 @@ def refused_target(reason: str) -> str:
     """The SSRF guard's refusal, as stored: which kind, not which host."""
     kind = refusal_kind(reason)
     return f"refused target: {_REFUSED.get(kind, kind)}"
-
-
-CONTENT_TYPES = {"json": "application/json", "form": "application/x-www-form-urlencoded"}
-
-
-class EndpointWire:
-    """Per-endpoint wire settings, built once per endpoint version."""
-
-    __slots__ = ("body_mode", "extras", "headers", "method", "shaped", "signer", "ssl",
-                 "success", "target", "template", "timeout_ms", "timeout_s", "url", "url_refusal",
-                 "value_map")  # fmt: skip
-
-    def __init__(
-        self,
-        url: str,
-        secrets: tuple[str, ...],
-        timeout_ms: int,
-        *,
-        allow_private: bool,
-        allowed_networks: tuple[str, ...] = (),
-        headers: tuple[tuple[str, str], ...] = (),
-        method: str = "POST",
-        body_mode: str = "json",
-        success_body: str | None = None,
-        ssl_context: ssl.SSLContext | bool = True,
-        macro_style: str = "brace",
-        value_map: str | None = None,
-    ):
-        self.url = url
-        template = parse_template(url, macro_style)
-        self.template = template if template.has_macros else None
-        self.value_map = load_value_map(value_map)
-        # The built-ins that cost something per attempt, computed only when
-        # the template uses them.
-        self.extras = frozenset(template.names) & {"postback_id", "rand", "unix_time_ms"}
-        # Parsed once, not per request; a template's host is fixed text.
-        self.target = URL(template.sample() if self.template else url)
-        self.method = method
-        self.body_mode = body_mode
-        # Only a template or a body built from the payload reads the payload.
-        self.shaped = self.template is not None or body_mode == "form"
-        self.success = compile_success_body(success_body)
-        self.ssl = ssl_context
-        # The fixed part of every request's headers, copied per request (a C
-        # copy) instead of rebuilt from a dict.
-        self.headers: CIMultiDict[str] = CIMultiDict(headers)
-        if body_mode in CONTENT_TYPES:
-            self.headers["content-type"] = CONTENT_TYPES[body_mode]
-        self.headers["user-agent"] = USER_AGENT
-        self.signer = Signer(secrets)
-        self.timeout_ms = timeout_ms
-        self.timeout_s = timeout_ms / 1000
-        # Decided once per endpoint version, not per request: aiohttp skips
-        # the resolver for IP literals, and refuses non-canonical IPv4 forms
-        # itself only as a retryable error; both are a permanent refusal here.
-        self.url_refusal = target_refusal(
-            self.target.raw_host or "",
-            allow_private=allow_private,
-            allowed_networks=allowed_networks,
-        )
-
-    def prepare(self, body: bytes) -> tuple[Any, str | None]:
-        """The payload as data, for macros and form bodies (None when the
-        wire sends the bytes as they are), or why it cannot be sent: the
-        first macro it has no value for (`missing macro: name`)."""
-        if not self.shaped:
-            return None, None
-        try:
-            doc = load_payload(body)
-            if self.template is not None:
-                self.template.check(doc, self.value_map)
-        except Unshapeable as exc:
-            return None, str(exc)
-        except ValueError as exc:
-            return None, f"payload unreadable: {type(exc).__name__}"
-        return doc, None
-
-    def request(self, d: Delivery, now: float, body: bytes, doc: Any) -> tuple[URL, bytes]:
-        """The URL and the bytes to send (and sign) for one attempt."""
-        target = self.target
-        if self.template is not None:
-            builtins = {"event_id": d.event_id, "event_type": d.event_type,
-                        "attempt": str(d.attempt_count + 1),
-                        "timestamp": str(int(now))}  # fmt: skip
-            if self.extras:
-                builtins["postback_id"] = postback_id(d.endpoint_id, d.event_id)
-                builtins["unix_time_ms"] = str(int(now * 1000))
-                # Fresh per attempt (a partner's cache-buster), not a secret.
-                builtins["rand"] = str(random.getrandbits(48))
-            target = URL(self.template.render(doc, builtins, self.value_map), encoded=True)
-        if self.body_mode == "json":
-            return target, body
-        if self.body_mode == "form":
-            return target, form_body(doc)
-        return target, b""
-
-
-def load_payload(body: bytes) -> Any:
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        # Valid JSON orjson declines (integers past 64 bits, say).
-        return json.loads(body)
-
-
-def load_client_cert(ctx: ssl.SSLContext, cert_pem: str, key_pem: str) -> None:
-    """Makes `ctx` present this endpoint's client certificate. The ssl
-    module loads a chain only from files: written to a private temporary
-    folder and removed at once."""
-    with tempfile.TemporaryDirectory(prefix="dispatcher-mtls-") as folder:
-        cert, key = Path(folder) / "cert.pem", Path(folder) / "key.pem"
-        for path, pem in ((cert, cert_pem), (key, key_pem)):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(pem)
-        ctx.load_cert_chain(cert, key)
 
 
 class Sender:
@@ -409,11 +274,7 @@ class Sender:
             target, data = wire.request(d, now, body, doc)
         if shown is not None:
             shown += (wire.method, str(target))
-        headers = wire.headers.copy()
-        headers["webhook-id"] = event_id
-        headers["webhook-timestamp"] = str(ts)
-        # Signed over the bytes actually sent (empty without a body).
-        headers["webhook-signature"] = wire.signer.signature(event_id, ts, data)
+        headers = wire.headers_for(event_id, ts, data)
         answer = b""
         t0 = time.perf_counter()
         # Kept by this sender's sweeper (started with it); the whole attempt,

@@ -17,9 +17,9 @@ from dispatcher.core.models import AttemptResult, Delivery, Endpoint, Verdict
 from dispatcher.core.sendorder import SendOrder
 from dispatcher.core.shares import View
 from dispatcher.db.store import EndpointState
-from dispatcher.worker import gate as gate_module
+from dispatcher.worker import admission
 from dispatcher.worker.gate import Gate, Gates
-from dispatcher.worker.sender import EndpointWire
+from dispatcher.worker.wire import EndpointWire
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -170,7 +170,7 @@ async def test_a_row_claimed_ahead_goes_back_when_no_place_frees() -> None:
     t0 = loop.time()
     async with g.admit(_delivery(2), lambda: False) as admitted:
         assert not admitted  # handed back unspent after PLACE_WAIT_S
-    assert loop.time() - t0 >= gate_module.PLACE_WAIT_S * 0.9
+    assert loop.time() - t0 >= admission.PLACE_WAIT_S * 0.9
     assert g.sending == 1 and not g.waiting
     hold.set()
     await t

@@ -23,7 +23,7 @@ from dispatcher.core.ssrf import (
     target_refusal,
     validate_url,
 )
-from dispatcher.worker.sender import EndpointWire
+from dispatcher.worker.wire import EndpointWire
 
 PROPS = settings(max_examples=200, deadline=None, database=None)
 

@@ -1,0 +1,151 @@
+"""Admission to the wire: how a claimed row gets one of its endpoint's places.
+
+A gate (gate.Gate) holds its endpoint's in-flight places as `Places`: rows
+on the wire count in `sending`, rows claimed ahead wait in `waiting`, first
+come first served, and a place that frees is handed to the next of them as
+it frees. `Admission` is one row's turn: a place, then a token of the
+gate's bucket, then the last look (paused, breaker, stopping) before it is
+sent. What the gate answers (how many places, sendable or not) is the
+gate's; this module only keeps the places and the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from dispatcher.core.models import Delivery
+from dispatcher.core.sendorder import SendOrder
+from dispatcher.worker.bucket import Bucket
+
+# A row claimed ahead waits this long at most for a place, then goes back.
+PLACE_WAIT_S = 1.0
+
+
+class Places:
+    """An endpoint's in-flight places in this process: those held
+    (`sending`) and the rows waiting for one, in order. How many there are
+    is the subclass's `places()`."""
+
+    __slots__ = ("sending", "waiting")
+
+    def __init__(self) -> None:
+        # Rows holding an in-flight place (see places()), and rows claimed
+        # ahead waiting for one, first come first served.
+        self.sending = 0
+        self.waiting: collections.deque[asyncio.Future[bool]] = collections.deque()
+
+    def places(self) -> int:
+        raise NotImplementedError
+
+    async def wait_for_place(self) -> bool:
+        """Waits, in turn, for an in-flight place (place_freed hands it
+        over, counted in `sending`); False when none came free within
+        PLACE_WAIT_S: the row, claimed ahead, goes back unspent rather than
+        eat into its lease. (Not asyncio.wait_for: before 3.12 it swallows a
+        cancel that arrives with the place, and a stopping worker's row
+        would then go out.)"""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+        self.waiting.append(fut)
+        timer = loop.call_later(PLACE_WAIT_S, _expire, fut)
+        try:
+            return await fut
+        except BaseException:
+            if _handed_over(fut):
+                self.sending -= 1  # handed over as it was cancelled: give it back
+                self.place_freed()
+            raise
+        finally:
+            timer.cancel()
+            # place_freed popped a future it handed a place to; one that
+            # expired or was cancelled is queued still, unless place_freed
+            # skipped past it. (Not a remove() on every wait: a scan of the
+            # queue and a ValueError per row handed its place.)
+            if not _handed_over(fut):
+                with contextlib.suppress(ValueError):
+                    self.waiting.remove(fut)
+
+    def place_freed(self) -> None:
+        """Hands free places to the rows waiting, in order. Counted here, as
+        the place changes hands, so that no row arriving before the woken
+        one resumes can take it too."""
+        while self.waiting and self.sending < self.places():
+            fut = self.waiting.popleft()
+            if not fut.done():
+                self.sending += 1
+                fut.set_result(True)
+
+
+class Admits(Protocol):
+    """What an admission asks of its gate (gate.Gate is one)."""
+
+    sending: int
+    waiting: collections.deque[asyncio.Future[bool]]
+    limiter: Bucket | None
+    order: SendOrder
+
+    def places(self) -> int: ...
+    def sendable(self) -> bool: ...
+    def paused_for(self, now: float | None = None) -> float: ...
+    async def wait_for_place(self) -> bool: ...
+    def place_freed(self) -> None: ...
+
+
+class Admission:
+    """`async with gate.admit(d, stopping)`: holds one of the endpoint's
+    in-flight places while the row is sent, after a token of its bucket;
+    `as` gives whether the row may go now (not paused, its breaker admits
+    it, the worker is not stopping, a place came free in time). Admitted,
+    the row is marked started and takes its place in the send order. A
+    class, not a generator-based context manager: one is made per delivery,
+    on the hot path."""
+
+    __slots__ = ("_d", "_gate", "_placed", "_stopping")
+
+    def __init__(self, gate: Admits, d: Delivery, stopping: Callable[[], bool]) -> None:
+        self._gate = gate
+        self._d = d
+        self._stopping = stopping
+        self._placed = False
+
+    async def __aenter__(self) -> bool:
+        gate = self._gate
+        if gate.sending < gate.places() and not gate.waiting:
+            gate.sending += 1
+        elif not await gate.wait_for_place():  # a place handed over is counted
+            return False  # claimed ahead, and no place came free in time: handed back
+        self._placed = True
+        try:
+            if gate.limiter is not None and gate.sendable():
+                await gate.limiter.acquire()
+        except BaseException:
+            self._leave()
+            raise
+        if self._stopping() or not gate.sendable() or gate.paused_for() > 0:
+            return False
+        self._d.started = True
+        self._d.seq = gate.order.sent(time.monotonic())
+        return True
+
+    async def __aexit__(self, *_: object) -> None:
+        self._leave()
+
+    def _leave(self) -> None:
+        if self._placed:
+            self._placed = False
+            self._gate.sending -= 1
+            self._gate.place_freed()
+
+
+def _handed_over(fut: asyncio.Future[bool]) -> bool:
+    return fut.done() and not fut.cancelled() and fut.result()
+
+
+def _expire(fut: asyncio.Future[bool]) -> None:
+    if not fut.done():
+        fut.set_result(False)
