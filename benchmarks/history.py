@@ -29,6 +29,7 @@ import asyncpg
 from dispatcher import db
 from dispatcher.db import latency, store
 from dispatcher.db.embedded import with_database
+from dispatcher.settings import Retention
 
 ENDPOINTS = 20
 PENDING = 2000
@@ -136,9 +137,7 @@ async def main(argv: list[str]) -> int:
         cursor = 0
         while time.perf_counter() - t0 < 900:
             # The maintenance task's step: a primary-key walk, 10,000 rows a statement.
-            cursor, _, finished = await store.prune_delivered_batch(
-                big, 7 * 24 * 3600.0, cursor, 10_000
-            )
+            cursor, _, finished = await store.prune_history_batch(big, Retention(), cursor, 10_000)
             batches += 1
             if finished:
                 break

@@ -134,5 +134,6 @@ async def end_portal_session(conn: Conn, digest: bytes) -> None:
     await conn.execute(Q["delete_portal_session"], digest)
 
 
-async def prune_portal(conn: Conn) -> None:
-    await conn.execute(Q["prune_portal"])
+async def prune_portal(conn: Conn, after_s: float | None = 86_400.0) -> None:
+    """Portal codes and sessions `after_s` past their expiry (None: kept)."""
+    await conn.execute(Q["prune_portal"], after_s)

@@ -1,5 +1,6 @@
-"""The latency window's one percentile refresh: exact p50/p95/p99 and the
-last hour's attempts and 2xx answers per endpoint, stored in
+"""The latency window's one percentile refresh: p50/p95/p99 and the last
+hour's attempts and 2xx answers per endpoint, merged from the per-minute
+histograms and counters of endpoint_minutes (schema 020) and stored in
 endpoint_health. Run by maintenance (one worker at a time, every
 percentile_refresh_s) and by a report asked to be fresh; both call this."""
 

@@ -71,13 +71,23 @@ WITH o AS (
       AND ((w.status = 'in_flight' AND w.locked_by = $9)
            OR (w.status IN ('pending', 'failed') AND w.attempt_count = o.attempt))
     RETURNING CASE WHEN o.status = 'delivered'
-                   THEN extract(epoch FROM now() - w.created_at)::float8 END AS lag_s
+                   THEN extract(epoch FROM now() - w.created_at)::float8 END AS lag_s,
+              o.endpoint_id, o.status, o.spent, o.status_code, o.response_ms
 ), lat AS (
     INSERT INTO endpoint_latency (endpoint_id, response_ms, status_code, delivery_id, error)
     SELECT o.endpoint_id, o.response_ms, o.status_code, o.id, o.error FROM o WHERE o.spent
+), minutes AS (
+    -- Final outcomes into their minutes (the attempts are counted by the
+    -- attempt log's trigger, schema/functions/latency.sql).
+    SELECT dispatcher_count_minutes(array_agg(endpoint_id), array_agg(now()), array_agg(status),
+                                    array_agg(false), array_agg(status_code),
+                                    array_agg(response_ms))
+    FROM upd WHERE status IN ('delivered', 'dead_letter')
 )
--- End-to-end lags of what was delivered, for the lag histogram.
-SELECT coalesce(array_agg(lag_s) FILTER (WHERE lag_s IS NOT NULL), '{}') FROM upd;
+-- End-to-end lags of what was delivered, for the lag histogram (after the
+-- minutes: a CTE that only selects runs when it is read).
+SELECT coalesce((SELECT array_agg(lag_s) FILTER (WHERE lag_s IS NOT NULL) FROM upd), '{}')
+FROM minutes;
 
 -- name: server_identity
 -- Which server this connection reached, as far as outcomes are concerned:
@@ -138,8 +148,17 @@ WITH o AS (
            now() - make_interval(secs => o.ago_s)
     FROM o JOIN upd ON upd.id = o.id
     WHERE o.spent AND o.attempt >= upd.before
+), minutes AS (
+    -- Each row's final outcome into its minute (the samples above are
+    -- counted by the attempt log's trigger).
+    SELECT dispatcher_count_minutes(array_agg(l.endpoint_id),
+                                    array_agg(now() - make_interval(secs => l.ago_s)),
+                                    array_agg(l.status), array_agg(false),
+                                    array_agg(l.status_code), array_agg(l.response_ms))
+    FROM latest l JOIN upd ON upd.id = l.id
+    WHERE l.status IN ('delivered', 'dead_letter')
 )
-SELECT id, before FROM upd;
+SELECT upd.id, upd.before FROM upd, minutes;
 
 -- name: lock_health
 -- The stored breakers of a flush, locked, with what the fold needs: the
@@ -346,22 +365,24 @@ SELECT dispatcher_enqueue_app($1, $2, $3::json, $4, channels => $5::text[],
                               deliver_at => $6::timestamptz);
 
 -- name: health_summary
+WITH last_hour AS MATERIALIZED (
+    SELECT delivered, delivered_ms, dead FROM endpoint_minutes
+    WHERE minute > now() - interval '1 hour'
+)
 SELECT
     count(*) FILTER (WHERE status = 'pending') AS pending,
     count(*) FILTER (WHERE status = 'failed') AS awaiting_retry,
     count(*) FILTER (WHERE status = 'in_flight') AS in_flight,
     (SELECT count(*) FROM webhook_queue WHERE status = 'dead_letter') AS dead_letter,
-    (SELECT count(*) FROM webhook_queue
-      WHERE status = 'delivered' AND delivered_at > now() - interval '1 hour')
-        AS delivered_last_hour,
-    (SELECT count(*) FROM webhook_queue
-      WHERE status IN ('failed', 'dead_letter') AND updated_at > now() - interval '1 hour')
-        AS failed_last_hour,
+    -- The last hour's outcomes from the endpoints' minutes (schema 020),
+    -- not from a count of history; rows retrying come from the live queue.
+    (SELECT coalesce(sum(delivered), 0) FROM last_hour) AS delivered_last_hour,
+    count(*) FILTER (WHERE status = 'failed' AND updated_at > now() - interval '1 hour')
+        + (SELECT coalesce(sum(dead), 0) FROM last_hour) AS failed_last_hour,
     -- A row delayed by its producer (deliver_at) is not late before it is due.
     min(created_at) FILTER (WHERE status <> 'pending' OR next_attempt_at <= now())
         AS oldest_pending,
-    (SELECT avg(last_response_ms) FROM webhook_queue
-      WHERE status = 'delivered' AND delivered_at > now() - interval '1 hour')
+    (SELECT sum(delivered_ms)::float8 / nullif(sum(delivered), 0) FROM last_hour)
         AS avg_delivery_ms_last_hour,
     -- The workers: those beating (within 10 s) and those that stopped
     -- (lost their database, or died: their rows come back after the lease).
@@ -377,36 +398,124 @@ FROM webhook_queue
 WHERE status IN ('pending', 'failed', 'in_flight');
 
 -- name: refresh_percentiles
--- Per endpoint, exact percentiles over the window, each an index range scan
--- of (endpoint_id, measured_at); the last hour's attempts and 2xx answers
--- (within the window) come from the same scan.
+-- Per endpoint, p50/p95/p99 over the window from its minutes' histograms
+-- (schema 020: at most window/60 rows an endpoint, whatever the traffic),
+-- interpolated between order statistics as percentile_cont is; the last
+-- hour's attempts and 2xx answers from the same rows. An endpoint with no
+-- minute in the window is left with no percentiles and no samples.
+WITH bounds AS MATERIALIZED (
+    -- The window starts at `cut`, inside hour `edge`; hours before `rolled`
+    -- are rolled up (roll_up_hours). Minutes are read at the two ends
+    -- (the edge hour, and since `rolled`), whole hours in between.
+    SELECT cut, date_trunc('hour', cut) + interval '1 hour' AS edge,
+           coalesce((SELECT max(hour) FROM endpoint_hours) + interval '1 hour', '-infinity')
+               AS rolled
+    FROM (SELECT now() - make_interval(secs => $1) AS cut) c
+), win AS MATERIALIZED (
+    SELECT m.endpoint_id, m.hist_b, m.hist_n
+    FROM endpoint_minutes m, bounds
+    WHERE m.minute > bounds.cut AND (m.minute >= bounds.rolled OR m.minute < bounds.edge)
+    UNION ALL
+    SELECT h.endpoint_id, h.hist_b, h.hist_n
+    FROM endpoint_hours h, bounds
+    WHERE h.hour >= bounds.edge AND h.hour < bounds.rolled
+), hist AS (
+    SELECT endpoint_id, b, sum(n) AS n
+    FROM win, unnest(hist_b, hist_n) AS u(b, n)
+    GROUP BY endpoint_id, b
+), cum AS (
+    SELECT endpoint_id, b, n, sum(n) OVER (PARTITION BY endpoint_id ORDER BY b) AS upto,
+           sum(n) OVER (PARTITION BY endpoint_id) AS total
+    FROM hist
+), ranks AS (
+    -- The (0-based) order statistics each percentile falls between.
+    SELECT endpoint_id, total, q, floor(q * (total - 1)) AS lo, ceil(q * (total - 1)) AS hi,
+           q * (total - 1) - floor(q * (total - 1)) AS frac
+    FROM (SELECT DISTINCT endpoint_id, total FROM cum) t, unnest('{0.5,0.95,0.99}'::float8[]) q
+), pct AS (
+    SELECT r.endpoint_id, r.total, r.q,
+           (1 - r.frac) * dispatcher_latency_value(lo.b)
+           + r.frac * dispatcher_latency_value(hi.b) AS v
+    FROM ranks r
+    JOIN cum lo ON lo.endpoint_id = r.endpoint_id AND r.lo >= lo.upto - lo.n AND r.lo < lo.upto
+    JOIN cum hi ON hi.endpoint_id = r.endpoint_id AND r.hi >= hi.upto - hi.n AND r.hi < hi.upto
+), per AS (
+    SELECT endpoint_id, max(total)::int AS n,
+           max(v) FILTER (WHERE q = 0.5) AS p50, max(v) FILTER (WHERE q = 0.95) AS p95,
+           max(v) FILTER (WHERE q = 0.99) AS p99
+    FROM pct GROUP BY endpoint_id
+), hour AS (
+    SELECT endpoint_id, sum(attempts)::int AS hour_n, sum(answered_2xx)::int AS hour_ok
+    FROM endpoint_minutes WHERE minute > now() - interval '1 hour'
+    GROUP BY endpoint_id
+)
 UPDATE endpoint_health h
-SET p50_ms = s.p50, p95_ms = s.p95, p99_ms = s.p99, sample_count = s.n,
-    attempts_last_hour = s.hour_n, successes_last_hour = s.hour_ok
+SET p50_ms = per.p50, p95_ms = per.p95, p99_ms = per.p99, sample_count = coalesce(per.n, 0),
+    attempts_last_hour = coalesce(hour.hour_n, 0), successes_last_hour = coalesce(hour.hour_ok, 0)
+FROM endpoint_health h2
+LEFT JOIN per ON per.endpoint_id = h2.endpoint_id
+LEFT JOIN hour ON hour.endpoint_id = h2.endpoint_id
+WHERE h.endpoint_id = h2.endpoint_id
+  AND (per.endpoint_id IS NOT NULL OR h2.sample_count <> 0 OR h2.p95_ms IS NOT NULL
+       OR h2.attempts_last_hour <> 0);
+
+-- name: roll_up_hours
+-- Every hour that is over (five minutes on, for the last flushes to land)
+-- and not rolled up yet, from its minutes, for all endpoints at once: what
+-- the refresh reads instead of them. A minute written into an hour already
+-- rolled up (an outcome written again long after a failover) counts in the
+-- last-hour figures but not in the hour's row.
+INSERT INTO endpoint_hours (endpoint_id, hour, attempts, answered_2xx, hist_b, hist_n)
+SELECT endpoint_id, hour, sum(n)::int, coalesce(sum(ok), 0)::int,
+       array_agg(b ORDER BY b), array_agg(n::int ORDER BY b)
 FROM (
-    SELECT h2.endpoint_id, l.p50, l.p95, l.p99, l.n, l.hour_n, l.hour_ok
-    FROM endpoint_health h2
-    CROSS JOIN LATERAL (
-        SELECT percentile_cont(0.50) WITHIN GROUP (ORDER BY response_ms) AS p50,
-               percentile_cont(0.95) WITHIN GROUP (ORDER BY response_ms) AS p95,
-               percentile_cont(0.99) WITHIN GROUP (ORDER BY response_ms) AS p99,
-               count(*)::int AS n,
-               (count(*) FILTER (WHERE el.measured_at > now() - interval '1 hour'))::int
-                   AS hour_n,
-               (count(*) FILTER (WHERE el.measured_at > now() - interval '1 hour'
-                                   AND el.status_code BETWEEN 200 AND 299))::int AS hour_ok
-        FROM endpoint_latency el
-        WHERE el.endpoint_id = h2.endpoint_id
-          AND el.measured_at > now() - make_interval(secs => $1)
-    ) l
-) s
-WHERE h.endpoint_id = s.endpoint_id;
+    SELECT m.endpoint_id, date_trunc('hour', m.minute) AS hour, u.b, sum(u.n) AS n,
+           -- each minute's 2xx count once per minute, not once per bucket
+           sum(m.answered_2xx) FILTER (WHERE u.k = 1) AS ok
+    FROM endpoint_minutes m,
+         unnest(m.hist_b, m.hist_n) WITH ORDINALITY AS u(b, n, k)
+    WHERE m.minute >= coalesce((SELECT max(hour) FROM endpoint_hours) + interval '1 hour',
+                               '-infinity')
+      AND m.minute < date_trunc('hour', now() - interval '5 minutes')
+    GROUP BY 1, 2, 3
+) per_bucket
+GROUP BY endpoint_id, hour
+ON CONFLICT (endpoint_id, hour) DO NOTHING;
+
+-- name: prune_minutes
+-- Past the window (and the two hours the health figures read) with an
+-- hour to spare for the window's first hour, read as minutes: no figure's.
+WITH gone AS (
+    DELETE FROM endpoint_minutes
+    WHERE minute < now() - make_interval(secs => greatest($1::float8, 7200) + 3600)
+)
+DELETE FROM endpoint_hours
+WHERE hour < now() - make_interval(secs => $1::float8 + 3600);
 
 -- name: prune_latency
+-- The attempt log past its retention, a bounded batch (BRIN on measured_at).
 DELETE FROM endpoint_latency
 WHERE ctid = ANY (ARRAY(
     SELECT ctid FROM endpoint_latency
     WHERE measured_at < now() - make_interval(secs => $1)
+    LIMIT $2));
+
+-- name: prune_messages
+-- Svix-API messages past retention, but never one a delivery is still to
+-- be made for (a held or retrying row shows its message).
+DELETE FROM messages
+WHERE ctid = ANY (ARRAY(
+    SELECT m.ctid FROM messages m
+    WHERE m.created_at < now() - make_interval(secs => $1)
+      AND NOT EXISTS (SELECT 1 FROM webhook_queue q
+                      WHERE q.event_id = m.id
+                        AND q.status IN ('pending', 'failed', 'in_flight', 'held'))
+    LIMIT $2));
+
+-- name: prune_transitions
+DELETE FROM breaker_transitions
+WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM breaker_transitions WHERE at < now() - make_interval(secs => $1)
     LIMIT $2));
 
 -- name: endpoint_health_report
@@ -424,8 +533,8 @@ ORDER BY e.id;
 
 -- name: dead_letters_by_endpoint
 -- success_share: how the endpoint answered its attempts over the span its
--- letters died in (latency samples, one per attempt, indexed by endpoint and
--- time): a flaky endpoint is told apart from one that was down.
+-- letters died in (its minutes, schema 020: bounded by the span, not by
+-- the traffic): a flaky endpoint is told apart from one that was down.
 WITH dead AS (
     SELECT endpoint_id,
            count(*) AS dead,
@@ -441,11 +550,10 @@ WITH dead AS (
     GROUP BY endpoint_id
 )
 SELECT d.*, (SELECT e.application_id FROM endpoints e WHERE e.id = d.endpoint_id) AS app,
-       (SELECT (count(*) FILTER (WHERE l.status_code BETWEEN 200 AND 299))::float8
-               / nullif(count(*), 0)
-        FROM endpoint_latency l
-        WHERE l.endpoint_id = d.endpoint_id
-          AND l.measured_at BETWEEN d.first_at AND d.last_at) AS success_share
+       (SELECT sum(m.answered_2xx)::float8 / nullif(sum(m.attempts), 0)
+        FROM endpoint_minutes m
+        WHERE m.endpoint_id = d.endpoint_id
+          AND m.minute BETWEEN date_trunc('minute', d.first_at) AND d.last_at) AS success_share
 FROM dead d
 ORDER BY d.endpoint_id;
 
@@ -475,23 +583,27 @@ WHERE id IN (
     FOR UPDATE SKIP LOCKED)
 RETURNING id;
 
--- name: prune_delivered
+-- name: prune_history
 -- Walks the primary key from a cursor, 10,000 rows a statement: each batch
--- is an index range scan whatever the heap order, and deletes only the
--- delivered rows past retention in it. Returns where the walk got to and
--- whether it reached rows too young to prune (then the walk starts over).
+-- is an index range scan whatever the heap order, and deletes the final
+-- rows in it past their retention ($1 delivered, $4 dead letters, $5
+-- cancelled; NULL keeps them). Returns where the walk got to and whether
+-- it reached rows too young for any retention ($6, the shortest: then the
+-- walk starts over).
 WITH batch AS (
     SELECT id, created_at FROM webhook_queue WHERE id > $3 ORDER BY id LIMIT $2
 ), gone AS (
     DELETE FROM webhook_queue w USING batch
-    WHERE w.id = batch.id AND w.status = 'delivered'
-      AND w.delivered_at < now() - make_interval(secs => $1)
+    WHERE w.id = batch.id
+      AND ((w.status = 'delivered' AND w.delivered_at < now() - make_interval(secs => $1))
+           OR (w.status = 'dead_letter' AND w.updated_at < now() - make_interval(secs => $4))
+           OR (w.status = 'cancelled' AND w.updated_at < now() - make_interval(secs => $5)))
     RETURNING 1
 )
 SELECT (SELECT max(id) FROM batch) AS last_id,
        (SELECT count(*) FROM gone) AS deleted,
        coalesce((SELECT min(created_at) FROM batch)
-                >= now() - make_interval(secs => $1), true) AS reached_young;
+                >= now() - make_interval(secs => $6), true) AS reached_young;
 
 -- name: notify_due
 SELECT pg_notify('dispatcher_due', '');
@@ -538,11 +650,12 @@ LIMIT $4;
 
 -- name: alert_inputs
 SELECT
-    (SELECT count(*) FROM webhook_queue
-      WHERE status = 'dead_letter' AND updated_at > now() - interval '1 hour') AS dead_last_hour,
-    (SELECT count(*) FROM webhook_queue
-      WHERE status = 'dead_letter' AND updated_at <= now() - interval '1 hour'
-        AND updated_at > now() - interval '2 hours') AS dead_prev_hour,
+    -- Letters that died in each hour, from the endpoints' minutes (020).
+    (SELECT coalesce(sum(dead), 0) FROM endpoint_minutes
+      WHERE minute > now() - interval '1 hour') AS dead_last_hour,
+    (SELECT coalesce(sum(dead), 0) FROM endpoint_minutes
+      WHERE minute <= now() - interval '1 hour'
+        AND minute > now() - interval '2 hours') AS dead_prev_hour,
     (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM webhook_queue
       WHERE status IN ('pending', 'failed', 'in_flight')
         AND (status <> 'pending' OR next_attempt_at <= now())) AS oldest_pending_age_s,
@@ -982,9 +1095,10 @@ SELECT (SELECT count(*) FROM codes WHERE live) AS codes,
 FROM applications WHERE id = $1;
 
 -- name: prune_portal
--- Expired sessions and codes past any use.
-WITH s AS (DELETE FROM portal_sessions WHERE expires_at < now() - interval '1 day')
-DELETE FROM portal_codes WHERE expires_at < now() - interval '1 day';
+-- Expired sessions and codes, $1 seconds after they expired (by
+-- maintenance, and when a session opens).
+WITH s AS (DELETE FROM portal_sessions WHERE expires_at < now() - make_interval(secs => $1))
+DELETE FROM portal_codes WHERE expires_at < now() - make_interval(secs => $1);
 
 -- ---------------------------------------------------------------- the Svix-compatible API (012)
 
@@ -1125,7 +1239,7 @@ DELETE FROM idempotency_keys WHERE scope = $1 AND key = $2
 -- By maintenance, a bounded batch a round, like the latency samples.
 DELETE FROM idempotency_keys
 WHERE ctid = ANY (ARRAY(
-    SELECT ctid FROM idempotency_keys WHERE created_at < now() - interval '24 hours'
+    SELECT ctid FROM idempotency_keys WHERE created_at < now() - make_interval(secs => $2)
     LIMIT $1));
 
 -- ---------------------------------------------------------------- event types (db/eventtypes.py)

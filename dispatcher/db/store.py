@@ -22,6 +22,7 @@ from dispatcher.core.secretbox import SecretBox, SecretUnreadable, unseal
 from dispatcher.core.tablehealth import HOT_TABLES, TableHealth
 from dispatcher.db import MAINTENANCE_LOCK, Conn, Q, latency, opswebhooks
 from dispatcher.db.columns import settings_from_row, unseal_headers
+from dispatcher.settings import Retention
 
 VACUUM_LOCK = MAINTENANCE_LOCK + 1
 REWRITE_TIMEOUT_S = 60.0
@@ -313,31 +314,47 @@ async def probe_new_rows(conn: Conn, above: int) -> tuple[int, int]:
 async def maintain(
     conn: Conn,
     window_s: float,
-    retention_s: float | None = None,
+    retention: Retention | None = None,
     *,
     cursor: int = 0,
     batch: int = 10_000,
     max_batches: int = 20,
 ) -> int | None:
-    """Percentiles and pruning, by one worker at a time (an advisory lock).
+    """Percentiles and pruning, by one worker at a time (an advisory lock):
+    every growing table past its retention (settings.Retention; None: the
+    defaults).
 
     Returns the retention cursor to resume from next time (None when another
     worker holds the lock). Each delete is its own short statement, so no
     long lock ever meets a claim.
     """
+    keep = retention or Retention()
+    kept = Retention.kept
     async with conn.transaction():
         got = await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", MAINTENANCE_LOCK)
         if not got:
             return None
-        await conn.execute(Q["prune_latency"], window_s, batch)
+        await conn.execute(Q["prune_minutes"], window_s)
+        await conn.execute(Q["roll_up_hours"])
         await latency.refresh_percentiles(conn, window_s)
         await conn.execute(Q["prune_secrets"])
-        await conn.execute(Q["idempotency_prune"], batch)
         await conn.execute(Q["expire_held"], batch)
-    if retention_s is None:
+        # The small tables: one bounded batch a round each keeps up.
+        await conn.execute(Q["idempotency_prune"], batch, kept(keep.idempotency_s))
+        await conn.execute(Q["prune_portal"], kept(keep.portal_s))
+        await conn.execute(Q["prune_transitions"], kept(keep.transitions_s), batch)
+        await conn.execute(Q["prune_messages"], kept(keep.messages_s), batch)
+    # The attempt log: up to max_batches short deletes a round, each its own
+    # transaction (percentiles read endpoint_minutes, not these).
+    if (attempts_s := kept(keep.attempts_s)) is not None:
+        for _ in range(max_batches):
+            gone = await conn.execute(Q["prune_latency"], attempts_s, batch)
+            if int(gone.split()[-1]) < batch:
+                break
+    if all(s is None for s in keep.finals()):
         return cursor
     for _ in range(max_batches):
-        cursor, _, done = await prune_delivered_batch(conn, retention_s, cursor, batch)
+        cursor, _, done = await prune_history_batch(conn, keep, cursor, batch)
         if done:
             return 0
     return cursor
@@ -362,11 +379,16 @@ async def vacuum(conn: Conn, table: str) -> None:
     await conn.execute(f"VACUUM (ANALYZE) {table}")
 
 
-async def prune_delivered_batch(
-    conn: Conn, retention_s: float, cursor: int, batch: int = 10_000
+async def prune_history_batch(
+    conn: Conn, retention: Retention, cursor: int, batch: int = 10_000
 ) -> tuple[int, int, bool]:
-    """One retention step: (next cursor, rows deleted, walk finished)."""
-    row = await conn.fetchrow(Q["prune_delivered"], retention_s, batch, cursor)
+    """One retention step of the queue's final rows: (next cursor, rows
+    deleted, walk finished)."""
+    delivered, dead, cancelled = finals = retention.finals()
+    shortest = min((s for s in finals if s is not None), default=None)
+    row = await conn.fetchrow(
+        Q["prune_history"], delivered, batch, cursor, dead, cancelled, shortest
+    )
     assert row is not None
     if row["last_id"] is None:
         return 0, row["deleted"], True

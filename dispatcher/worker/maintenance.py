@@ -47,7 +47,7 @@ class Maintenance:
         s = self._settings
         async with self._connection() as conn:
             cursor = await store.maintain(
-                conn, s.latency_window_s, s.delivered_retention_s, cursor=self._cursor
+                conn, s.latency_window_s, s.retention, cursor=self._cursor
             )
             due = [h for h in await store.table_health(conn) if vacuum_due(h)]
         if cursor is not None:

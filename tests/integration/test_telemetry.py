@@ -10,6 +10,7 @@ import asyncpg
 
 from dispatcher.db import catalog, store
 from dispatcher.ops import reports
+from dispatcher.settings import Retention
 from tests.helpers import add_endpoint, cli, drain
 from tests.receivers import Receiver
 
@@ -50,7 +51,8 @@ async def test_percentiles_match_exact_values(conn: asyncpg.Connection) -> None:
         r = rows[eid]
         assert r["sample_count"] == len(values)
         for q, key in ((0.5, "p50_ms"), (0.95, "p95_ms"), (0.99, "p99_ms")):
-            assert abs(r[key] - _exact(values, q)) < 1e-6, (eid, key)
+            # From the per-minute histograms (schema 020): within 2 % (SPEC).
+            assert abs(r[key] - _exact(values, q)) <= 0.02 * _exact(values, q), (eid, key)
 
 
 async def test_slow_command(db_url: str, conn: asyncpg.Connection) -> None:
@@ -166,7 +168,7 @@ async def test_retention_under_concurrent_claiming(
         try:
             while await c.fetchval("SELECT count(*) FROM webhook_queue WHERE event_id LIKE 'old%'"):
                 cursor = await store.maintain(
-                    c, WINDOW, 7 * 24 * 3600.0, cursor=cursor or 0, batch=2000, max_batches=3
+                    c, WINDOW, Retention(), cursor=cursor or 0, batch=2000, max_batches=3
                 )
                 await asyncio.sleep(0)
         finally:
@@ -174,5 +176,6 @@ async def test_retention_under_concurrent_claiming(
 
     await asyncio.wait_for(asyncio.gather(prune(), drain(db_url)), 60)
     counts = dict(await conn.fetch("SELECT status, count(*) FROM webhook_queue GROUP BY status"))
-    assert counts == {"delivered": 500, "dead_letter": 50}  # dead letters are never pruned
+    # Dead letters are kept longer (30 days): these 10-day-old ones stay.
+    assert counts == {"delivered": 500, "dead_letter": 50}
     assert len(receiver.received) == 500
