@@ -53,7 +53,7 @@ READS: dict[str, Read] = {
     "deliveries, newest": lambda c: reports.recent_deliveries(c),
     "deliveries, status delivered": lambda c: reports.recent_deliveries(c, status="delivered"),
     "deliveries, one endpoint": lambda c: reports.recent_deliveries(c, endpoint_id=7),
-    "timeline (60 min)": lambda c: reports.timeline(c),
+    "timeline (15 min)": lambda c: reports.timeline(c),
     "endpoint activity": lambda c: reports.endpoint_activity(c, 7),
 }
 
@@ -102,18 +102,20 @@ async def _fill(conn: asyncpg.Connection, rows: int, samples: int) -> None:
     await conn.execute("VACUUM ANALYZE")
 
 
-async def _median_ms(conn: asyncpg.Connection, read: Read) -> float:
+async def _median_ms(conn: asyncpg.Connection, read: Read, repeat: int) -> float:
     await read(conn)
     times = []
-    for _ in range(5):
+    for _ in range(repeat):
         t0 = time.perf_counter()
         await read(conn)
         times.append((time.perf_counter() - t0) * 1000)
     return round(statistics.median(times), 1)
 
 
-async def _time(conn: asyncpg.Connection) -> dict[str, Any]:
-    out: dict[str, Any] = {name: await _median_ms(conn, read) for name, read in READS.items()}
+async def _time(conn: asyncpg.Connection, repeat: int) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        name: await _median_ms(conn, read, repeat) for name, read in READS.items()
+    }
     before = await conn.fetchval("SELECT count(*) FROM endpoint_latency")
     t0 = time.perf_counter()
     await store.maintain(conn, WINDOW_S)
@@ -130,6 +132,7 @@ async def main(argv: list[str]) -> int:
     p.add_argument("--samples", type=int, default=10_000_000)
     p.add_argument("--phases", default="fill,time")
     p.add_argument("--keep", action="store_true", help="leave the databases for a next phase")
+    p.add_argument("--repeat", type=int, default=5, help="timed runs of each read (median)")
     a = p.parse_args(argv)
     phases = a.phases.split(",")
     server = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -156,7 +159,7 @@ async def main(argv: list[str]) -> int:
                         "s": round(time.perf_counter() - t0, 2),
                     }
                 if "time" in phases:
-                    report[kind] = await _time(conn)
+                    report[kind] = await _time(conn, a.repeat)
             finally:
                 await conn.close()
             print(f"{kind} done", file=sys.stderr)

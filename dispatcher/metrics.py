@@ -23,6 +23,8 @@ from prometheus_client import (
 )
 from prometheus_client.core import HistogramMetricFamily, Metric
 
+from dispatcher.core.rows import QueueGauges
+
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60)
 _LAG_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
 
@@ -90,6 +92,14 @@ class Metrics:
         self.oldest_pending = Gauge(
             "dispatcher_oldest_pending_seconds", "Age of the oldest undelivered row", registry=r
         )
+        # Vacuum's enemy: a transaction that holds back the xmin horizon
+        # keeps every dead row of every queue table, however often
+        # autovacuum runs (docs/operations/metrics.md).
+        self.oldest_xmin = Gauge(
+            "dispatcher_oldest_xmin_seconds",
+            "Age of the oldest transaction holding back the database's xmin horizon",
+            registry=r,
+        )
         self.breakers = Gauge(
             "dispatcher_breakers", "Endpoints by breaker state", ["state"], registry=r
         )
@@ -121,20 +131,17 @@ class Metrics:
     def record_lags(self, lags: Iterable[float]) -> None:
         self.lag_seconds.observe_many(lags)
 
-    def set_database_view(
-        self,
-        depth: dict[str, int],
-        oldest_pending_s: float | None,
-        breakers: dict[str, int],
-        alerts: dict[str, dict[str, Any]],
-    ) -> None:
+    def set_database_view(self, g: QueueGauges, alerts: dict[str, dict[str, Any]]) -> None:
         # Live statuses only: counting the delivered history at every scrape
         # would cost a scan; deliveries_total{outcome="delivered"} has it.
-        for status in ("pending", "in_flight", "failed", "dead_letter"):
-            self.queue_depth.labels(status).set(depth.get(status, 0))
-        self.oldest_pending.set(oldest_pending_s or 0.0)
-        for state in ("closed", "open", "half_open"):
-            self.breakers.labels(state).set(breakers.get(state, 0))
+        depth = {"pending": g.pending, "in_flight": g.in_flight, "failed": g.failed,
+                 "dead_letter": g.dead_letter}  # fmt: skip
+        for status, n in depth.items():
+            self.queue_depth.labels(status).set(n)
+        self.oldest_pending.set(g.oldest_pending_s or 0.0)
+        self.oldest_xmin.set(g.oldest_xmin_s or 0.0)
+        for state, n in (("closed", g.closed), ("open", g.open), ("half_open", g.half_open)):
+            self.breakers.labels(state).set(n)
         for name, a in alerts.items():
             self.alert.labels(name).set(1 if a["firing"] else 0)
 

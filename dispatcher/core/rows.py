@@ -165,6 +165,9 @@ class QueueGauges:
     in_flight: int
     dead_letter: int
     oldest_pending_s: float | None
+    # The oldest transaction (or prepared transaction) holding back the
+    # xmin horizon, in seconds; None: none open.
+    oldest_xmin_s: float | None
     closed: int
     open: int
     half_open: int

@@ -412,9 +412,14 @@ WITH bounds AS MATERIALIZED (
                AS rolled
     FROM (SELECT now() - make_interval(secs => $1) AS cut) c
 ), win AS MATERIALIZED (
+    -- Two index ranges, not one filtered: the minutes between are most.
     SELECT m.endpoint_id, m.hist_b, m.hist_n
     FROM endpoint_minutes m, bounds
-    WHERE m.minute > bounds.cut AND (m.minute >= bounds.rolled OR m.minute < bounds.edge)
+    WHERE m.minute > bounds.cut AND m.minute < bounds.edge
+    UNION ALL
+    SELECT m.endpoint_id, m.hist_b, m.hist_n
+    FROM endpoint_minutes m, bounds
+    WHERE m.minute >= greatest(bounds.rolled, bounds.edge)
     UNION ALL
     SELECT h.endpoint_id, h.hist_b, h.hist_n
     FROM endpoint_hours h, bounds
@@ -670,6 +675,14 @@ SELECT
     (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM webhook_queue
       WHERE status IN ('pending', 'failed', 'in_flight')
         AND (status <> 'pending' OR next_attempt_at <= now())) AS oldest_pending_s,
+    -- Any session of the server holding a snapshot (backend_xmin) and any
+    -- prepared transaction: each keeps vacuum from removing dead rows in
+    -- every database. This statement's own session is not one of them.
+    (SELECT extract(epoch FROM now() - min(t))::float8 FROM (
+        SELECT coalesce(xact_start, query_start) AS t FROM pg_stat_activity
+        WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+        UNION ALL
+        SELECT prepared FROM pg_prepared_xacts) x) AS oldest_xmin_s,
     (SELECT count(*) FILTER (WHERE h.state = 'closed') FROM endpoint_health h
       JOIN endpoints e ON e.id = h.endpoint_id AND e.deleted_at IS NULL) AS closed,
     (SELECT count(*) FILTER (WHERE h.state = 'open') FROM endpoint_health h
@@ -789,7 +802,10 @@ WHERE id = $1
 RETURNING *;
 
 -- name: timeline
--- Enqueued and finished (delivered / dead) per bucket over the last $1::float8 seconds.
+-- Enqueued and finished (delivered / dead) per bucket over the last $1::float8
+-- seconds: each a range of an index by time (BRIN on created_at and on
+-- delivered_at, the dead letters' newest-first index, schema 021), so its
+-- cost follows the span's traffic, not the history's.
 WITH buckets AS (
     SELECT generate_series(0, ($1::float8 / $2::float8)::int - 1) AS i
 ), created AS (

@@ -64,13 +64,7 @@ async def metrics(request: web.Request) -> web.Response:
     window_s = request.app[SETTINGS].latency_window_s
     async with acquire(request) as conn:
         g, alerts = await reports.metrics_view(conn, window_s, refresh=refresh_due(request))
-    m.set_database_view(
-        {"pending": g.pending, "failed": g.failed, "in_flight": g.in_flight,
-         "dead_letter": g.dead_letter},
-        g.oldest_pending_s,
-        {"closed": g.closed, "open": g.open, "half_open": g.half_open},
-        alerts,
-    )  # fmt: skip
+    m.set_database_view(g, alerts)
     return web.Response(body=m.render(), headers={"Content-Type": CONTENT_TYPE})
 
 

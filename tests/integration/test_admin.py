@@ -159,3 +159,27 @@ async def test_routes_with_token(api: tuple[str, aiohttp.ClientSession], db_url:
         assert await r.json() == {"requeued": 1}
     async with s.post("/v1/dead-letters/replay", json={}) as r:
         assert r.status == 400
+
+
+async def test_metrics_name_a_transaction_that_holds_vacuum_back(
+    api: tuple[str, aiohttp.ClientSession], db_url: str
+) -> None:
+    """A session left in a transaction with a snapshot (what stops every
+    queue table's vacuum) shows as the age of the oldest such transaction."""
+
+    def oldest(text: str) -> float:
+        (line,) = [x for x in text.splitlines() if x.startswith("dispatcher_oldest_xmin_seconds ")]
+        return float(line.split()[1])
+
+    _, s = api
+    idle = await asyncpg.connect(db_url)
+    try:
+        tx = idle.transaction(isolation="repeatable_read")
+        await tx.start()
+        await idle.fetchval("SELECT count(*) FROM webhook_queue")  # takes the snapshot
+        await idle.execute("SELECT pg_sleep(1.1)")
+        async with s.get("/metrics") as r:
+            assert oldest(await r.text()) >= 1.0
+        await tx.rollback()
+    finally:
+        await idle.close()
