@@ -78,6 +78,13 @@ def _fixed_window(env: Mapping[str, str]) -> int | None:
     return max(1, _int(env, "DISPATCHER_MAX_IN_FLIGHT", 0))
 
 
+def _log_format(env: Mapping[str, str]) -> str:
+    raw = (env.get("DISPATCHER_LOG_FORMAT") or "auto").strip().lower()
+    if raw not in ("auto", "json", "text"):
+        raise BadInput(f"DISPATCHER_LOG_FORMAT must be auto, json or text, got {raw!r}")
+    return raw
+
+
 @dataclass(slots=True)
 class OwnServer:
     """Where this process's admin API listens and the token it takes: what
@@ -173,6 +180,8 @@ class Settings:
     # Egress: every request through this HTTP proxy (DISPATCHER_HTTP_PROXY).
     http_proxy: str | None = None
     log_level: str = "info"  # DISPATCHER_LOG_LEVEL: debug, info, warning
+    # DISPATCHER_LOG_FORMAT: json, text, or auto (text when stderr is a terminal).
+    log_format: str = "auto"
     own_server: OwnServer | None = None  # set by the admin server, never from the environment
 
     @classmethod
@@ -204,6 +213,7 @@ class Settings:
             http_proxy=env.get("DISPATCHER_HTTP_PROXY") or None,
             ca_file=Path(env["DISPATCHER_CA_FILE"]) if env.get("DISPATCHER_CA_FILE") else None,
             log_level=env.get("DISPATCHER_LOG_LEVEL") or "info",
+            log_format=_log_format(env),
         )
 
     def target_policy(self) -> TargetPolicy:
@@ -386,6 +396,13 @@ ENVIRONMENT: tuple[Variable, ...] = (
         "unset: the system store only",
     ),
     Variable("DISPATCHER_LOG_LEVEL", "`debug`, `info` or `warning`", "`info`"),
+    Variable(
+        "DISPATCHER_LOG_FORMAT",
+        "`json`: one JSON object per line on stderr; `text`: one sentence per line for a "
+        "person (dead letters, breakers, hints); `auto`: text when stderr is a terminal, "
+        "else JSON (see [logs](logs.md))",
+        "`auto`",
+    ),
     Variable(
         "DISPATCHER_DEBUG",
         "`1`: a command that fails prints its traceback (read by the CLI before settings exist)",

@@ -2,7 +2,8 @@
 
 It verifies every POST (signature over the raw body, timestamp within five
 minutes), applies each event once, and prints one line per event: its id and
-type, never the payload (which may carry click ids or payment data).
+type (the payload's `type` field, as Standard Webhooks payloads carry it),
+never the payload (which may carry click ids or payment data).
 
     python examples/receiver.py --port 8081 --secret whsec_... [--database-url URL]
 
@@ -59,13 +60,14 @@ def _printable(text: str, limit: int = 80) -> str:
 
 
 def _event_type(body: bytes) -> str:
-    """The `type` field Standard Webhooks payloads carry, if this one does."""
+    """The `type` field Standard Webhooks payloads carry, or what the body
+    is instead: a bare `-` read as a type nobody had sent."""
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return "-"
+        return "(body is not JSON)"
     kind = doc.get("type") if isinstance(doc, dict) else None
-    return _printable(kind) if isinstance(kind, str) else "-"
+    return _printable(kind) if isinstance(kind, str) else '(no "type" field in the payload)'
 
 
 async def handle(request: web.Request) -> web.StreamResponse:

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 
 from dispatcher.cli.common import report
+from dispatcher.cli.format import plural
 from dispatcher.cli.postbacks import add_enqueue_flags
 from dispatcher.cli.postbacks import schedule as enqueue_schedule
 from dispatcher.core.errors import BadInput
@@ -31,7 +32,10 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
             args,
             settings,
             lambda conn: service.enqueue_file(conn, args.file, limit, args.app),
-            lambda doc: print(f"{doc['events']} events, {doc['deliveries']} deliveries queued"),
+            lambda doc: print(
+                f"{plural(doc['events'], 'event', 'events')} read, "
+                f"{plural(doc['deliveries'], 'delivery', 'deliveries')} queued"
+            ),
         )
     if args.event_type is None or args.payload is None:
         raise BadInput("enqueue needs --event-type and --payload (or --file)")
@@ -51,9 +55,18 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
             app=args.app,
             **when,
         ),
-        lambda doc: print(f"event {doc['event_id']}: deliveries {doc['deliveries']}"),
+        lambda doc: print(f"event {doc['event_id']}: {_deliveries(doc['deliveries'])}"),
         note=lambda doc: None if doc["deliveries"] else _nobody_takes(args),
     )
+
+
+def _deliveries(ids: list[int]) -> str:
+    """Its deliveries and their ids (`delivery show ID`); the same words
+    for an event id seen before, which answers the deliveries it has."""
+    if not ids:
+        return "no delivery"
+    label = "id" if len(ids) == 1 else "ids"
+    return f"{plural(len(ids), 'delivery', 'deliveries')} ({label} {', '.join(map(str, ids))})"
 
 
 def _nobody_takes(args: argparse.Namespace) -> None:

@@ -47,6 +47,11 @@ def _cut(text: str, cap: int | None) -> str:
     return text if cap is None or len(text) <= cap else text[: cap - 1] + "…"
 
 
+def plural(n: int, one: str, many: str) -> str:
+    """`1 delivery`, `2 deliveries`: counts said as a person would."""
+    return f"{n} {one if n == 1 else many}"
+
+
 def wrap(text: str, *, indent: str = "", width: int = WIDTH) -> list[str]:
     """Words filled to `width`; a `command in backticks` is never split, so
     it can still be copied whole."""

@@ -22,6 +22,7 @@ from dispatcher import db
 from dispatcher.cli.apps import add_app_commands
 from dispatcher.cli.common import Handler, emit
 from dispatcher.cli.dbcommands import cmd_db_status, cmd_db_stop, cmd_db_url
+from dispatcher.cli.deliveries import add_delivery_commands
 from dispatcher.cli.endpoints import add_endpoint_commands
 from dispatcher.cli.enqueue import add_enqueue_command
 from dispatcher.cli.eventtypes import add_event_type_commands
@@ -120,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="where to listen (e.g. 127.0.0.1:8080)")  # fmt: skip
 
     add_report_commands(cmd, group)
+    add_delivery_commands(cmd, group)
 
     add_app_commands(cmd, group)
     add_event_type_commands(cmd, group)

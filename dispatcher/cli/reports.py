@@ -1,9 +1,10 @@
 """`dispatcher alerts|health|slow` and `dispatcher dlq analyze|replay`: the reports.
 
 An entry point like the rest of the CLI (dispatcher.cli.main.main builds
-the parser and calls `add_report_commands`). The reports are ops.reports';
-this module picks their flags and prints them (views.py, tables), and
-replays dead letters through ops.service.
+the parser and calls `add_report_commands`; `dlq list` is deliveries.py's,
+added to the same group). The reports are ops.reports'; this module picks
+their flags and prints them (views.py, tables), and replays dead letters
+through ops.service.
 """
 
 from __future__ import annotations
@@ -17,16 +18,14 @@ import asyncpg
 
 from dispatcher.cli import views
 from dispatcher.cli.common import emit, report, table, with_conn
-from dispatcher.cli.format import print_table
+from dispatcher.cli.deliveries import add_dlq_list
 from dispatcher.core.errors import BadInput
 from dispatcher.ops import reports, service
 from dispatcher.settings import Settings
 
 
 async def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
-    return await report(
-        args, settings, reports.health_summary, lambda doc: print_table([doc], list(doc))
-    )
+    return await report(args, settings, reports.health_summary, views.health)
 
 
 SLOW_COLUMNS = ["endpoint_id", "name", "url", "p50_ms", "p95_ms", "p99_ms", "sample_count", "state"]
@@ -86,7 +85,8 @@ def add_report_commands(
     slow.add_argument("--p95-ms", type=float, default=None,
                       help=f"the threshold (default: {reports.DEFAULT_P95_MS:g})")  # fmt: skip
 
-    dlqs = group("dlq", "dead letters: analyze, replay")
+    dlqs = group("dlq", "dead letters: list, analyze, replay")
+    add_dlq_list(cmd, dlqs)
     an = cmd(
         "analyze",
         cmd_dlq_analyze,

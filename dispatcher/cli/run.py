@@ -36,7 +36,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         from dispatcher.cli.supervise import process_count, supervise
 
         n = process_count(args.processes)
-        log.setup(settings.log_level, settings.sensitive_fields)
+        log.setup(settings.log_level, settings.sensitive_fields, settings.log_format)
         return await supervise(n, resolve_database_url(settings.database_url, settings.home))
     if args.max_in_flight is not None:
         settings = replace(settings, max_in_flight=args.max_in_flight)
@@ -46,7 +46,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         settings.batch_size < 1
     ):
         raise BadInput("--max-in-flight and --batch-size must be at least 1")
-    log.setup(settings.log_level, settings.sensitive_fields)
+    log.setup(settings.log_level, settings.sensitive_fields, settings.log_format)
     from dispatcher.metrics import Metrics
 
     url = resolve_database_url(settings.database_url, settings.home)
@@ -154,6 +154,7 @@ async def warn_refused_targets(settings: Settings, url: str) -> None:
     """One line per enabled endpoint the SSRF guard will refuse (the first
     few, then a count): at start, not as a dead letter after the retries."""
     from dispatcher import db
+    from dispatcher.core.refusals import refusal_warning
     from dispatcher.ops.preflight import refused_targets
 
     conn = await db.connect(url)
@@ -163,12 +164,8 @@ async def warn_refused_targets(settings: Settings, url: str) -> None:
     finally:
         await conn.close()
     for r in refused[:SHOWN_REFUSED]:
-        name = f" ({r.name})" if r.name else ""
-        sys.stderr.write(
-            f"dispatcher: warning: endpoint {r.endpoint_id}{name} targets {r.host}, which the "
-            "SSRF guard refuses: its deliveries will fail as `refused target` "
-            "(DISPATCHER_ALLOW_PRIVATE_TARGETS=1 allows private targets)\n"
-        )
+        # The words a running worker uses for one added later (worker/gate.py).
+        sys.stderr.write(f"dispatcher: warning: {refusal_warning(r.endpoint_id, r.host, r.name)}\n")
     if len(refused) > SHOWN_REFUSED:
         sys.stderr.write(
             f"dispatcher: warning: and {len(refused) - SHOWN_REFUSED} more endpoint(s) the "

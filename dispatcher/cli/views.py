@@ -1,11 +1,11 @@
 """How reports read in a terminal: the text forms of `endpoint list`,
-`alerts` and `dlq analyze` (their --json forms are the documents as
-returned). Apart from main.py so that the parser and the views change
+`alerts`, `health` and `dlq analyze` (their --json forms are the documents
+as returned). Apart from main.py so that the parser and the views change
 independently."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from dispatcher.cli.format import print_table
@@ -55,3 +55,52 @@ def dlq_analyze(rows: list[dict[str, Any]], columns: list[str] = DLQ_COLUMNS) ->
             r["last_at"] = r["last_at"].strftime("%m-%d %H:%M")  # UTC, as the database has it
     print_table(rows, columns, headers=DLQ_HEADERS, cap={"primary_error": 24, "app": 12},
                 after="suggested_action")  # fmt: skip
+
+
+# health: a figure a line, a few with what they count (docs/operations/
+# metrics.md), so that `oldest_pending` beside `pending 0` reads as what it
+# is: the oldest row not yet delivered, in whichever live state it is.
+HEALTH_NOTES = {
+    "awaiting_retry": "failed, a retry scheduled",
+    "dead_letter": "`dispatcher dlq list` lists them",
+    "failed_last_hour": "latest attempt failed within the hour: retrying or dead",
+    "workers_silent": "lost their database, or died",
+    "outcomes_waiting": "held by the workers, not yet written",
+}
+_OLDEST_OF = {"pending": "the oldest pending row",
+              "awaiting_retry": "the oldest row awaiting retry",
+              "in_flight": "the oldest row in flight"}  # fmt: skip
+
+
+def _ago(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def _oldest(doc: dict[str, Any], now: datetime) -> str:
+    at = doc.get("oldest_pending")
+    if not isinstance(at, datetime):
+        return "- (nothing undelivered is due)"
+    states = [key for key in _OLDEST_OF if doc.get(key)]
+    which = _OLDEST_OF[states[0]] if len(states) == 1 else "the oldest row not yet delivered"
+    when = at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"{when}, {_ago(max(0.0, (now - at).total_seconds()))} ago: {which}"
+
+
+def _figure(key: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if key == "avg_delivery_ms_last_hour":
+        return f"{value:.1f} ms"
+    note = HEALTH_NOTES.get(key) if value else None  # what a 0 counts needs no words
+    return f"{value}  ({note})" if note else str(value)
+
+
+def health(doc: dict[str, Any], now: datetime | None = None) -> None:
+    """`dispatcher health`: one figure a line, a few with a note."""
+    width = max(map(len, doc))
+    now = now or datetime.now(UTC)
+    for key, value in doc.items():
+        text = _oldest(doc, now) if key == "oldest_pending" else _figure(key, value)
+        print(f"{key:<{width}}  {text}")

@@ -19,7 +19,8 @@ CODE_SHARE = 0.6
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Pattern:
-    # "refused-target" | "missing-macro" | "status-code" | "cluster" | "gradual" | "none"
+    # "refused-target" | "missing-macro" | "status-code" | "cluster" | "down" | "gradual"
+    # | "none"
     name: str
     action: str
 
@@ -40,6 +41,24 @@ MISSING_MACRO_PREFIX = "missing macro:"  # shaping.MissingMacro
 # An endpoint that answered 2xx to this share of its attempts while these
 # died was flaky, not down: its dead letters are "gradual" however clustered.
 UP_SHARE = 0.2
+
+
+def _failed_alike(counted: Counter[int], n: int, replay: str) -> Pattern | None:
+    """For an endpoint that answered none of its attempts with 2xx over the
+    span these letters died in: one status code ended (nearly) all of them,
+    so the receiver is broken, not flaky, and more attempts or a longer
+    timeout would fail the same way."""
+    if not counted:
+        return None
+    code, hits = counted.most_common(1)[0]
+    if hits < CODE_SHARE * n:
+        return None
+    said = (
+        f"every attempt failed with HTTP {code}"
+        if hits == n
+        else f"no attempt succeeded; {hits} of {n} ended with HTTP {code}"
+    )
+    return Pattern(name="status-code", action=f"{said}: fix the receiver, then {replay}")
 
 
 def replay_command(endpoint_id: int | None, since: float | None) -> str:
@@ -63,7 +82,8 @@ def classify(
 ) -> Pattern:
     """`times`/`codes`: when each dead letter died and its last status code;
     `primary_error`: their most common last_error; `success_share`: the
-    share of the endpoint's attempts answered 2xx over the same span."""
+    share of the endpoint's attempts answered 2xx over the same span (None:
+    not known, and then no claim is made about every attempt)."""
     n = len(times)
     if n == 0:
         return Pattern(name="none", action="nothing to do")
@@ -105,6 +125,8 @@ def classify(
                     f"{code} from the receiver: fix the URL or the payload contract, then {replay}"
                 )
             return Pattern(name="status-code", action=action)
+    if success_share == 0 and (alike := _failed_alike(counted, n, replay)) is not None:
+        return alike
     was_up = success_share is not None and success_share >= UP_SHARE
     if (
         not was_up
@@ -114,6 +136,15 @@ def classify(
         return Pattern(
             name="cluster",
             action=f"endpoint was down longer than the retry window: once it is back, {replay}",
+        )
+    if success_share == 0 and not counted and primary_error is not None:
+        # No answer at all, too few letters or too spread out for a cluster.
+        return Pattern(
+            name="down",
+            action=(
+                f"no attempt succeeded (last error: {primary_error}): the receiver is "
+                f"down or unreachable; once it answers, {replay}"
+            ),
         )
     if was_up:
         share = f"{success_share:.0%}"

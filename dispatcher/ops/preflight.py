@@ -11,9 +11,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from dispatcher.core.errors import BadInput
-from dispatcher.core.shaping import url_sample
-from dispatcher.core.ssrf import TargetPolicy, check_target, parse_target
+from dispatcher.core.refusals import refused_host
+from dispatcher.core.ssrf import TargetPolicy
 from dispatcher.db import Conn, catalog
 
 # A token this short can be guessed by a patient client (the sign-in
@@ -30,28 +29,16 @@ class RefusedTarget:
 
 
 async def refused_targets(conn: Conn, policy: TargetPolicy) -> list[RefusedTarget]:
-    """Enabled endpoints whose URL names an address the sender will refuse:
-    a literal loopback, private or link-local address, or `localhost`.
-    Other names are not resolved here (the sender judges them after DNS),
-    so that a worker with many endpoints starts without waiting on DNS."""
+    """Enabled endpoints whose URL names an address the sender will refuse
+    (core/refusals.py judges, without DNS, as a running worker does)."""
     out = []
     for e in await catalog.list_endpoints(conn, None):
         if not e.enabled:
             continue
-        try:
-            host = parse_target(url_sample(e.url)).raw_host or ""
-            check_target(_as_address(e.url, host), policy)
-        except BadInput:
+        host = refused_host(e.url, policy, e.macro_style)
+        if host is not None:
             out.append(RefusedTarget(e.id, e.name, host))
     return out
-
-
-def _as_address(url: str, host: str) -> str:
-    """`localhost` is loopback by definition (RFC 6761): judged as 127.0.0.1."""
-    name = host.lower().rstrip(".")
-    if name == "localhost" or name.endswith(".localhost"):
-        return url_sample(url).replace(host, "127.0.0.1", 1)
-    return url_sample(url)
 
 
 def is_loopback(host: str) -> bool:

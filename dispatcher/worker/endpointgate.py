@@ -11,6 +11,11 @@ A gate owns its state: other modules tell it what happened (`claimed_row`,
 `released`, `completed`, `probe_won`, `sync`, `apply_share`, `reconfigure`,
 `results_written`) and ask it questions; none assigns its fields.
 
+A gate also says once, per process, when many of its requests time out
+at once (`endpoint_timeouts_at_once`): the first-run sign of a receiver
+that cannot take max_in_flight requests at a time (a toy server swamped by
+the default 100), which otherwise shows only as the breaker opening.
+
 Limits hold for the endpoint as a whole: with n live workers each gate runs
 on what core/shares.py grants it (its share, once the others have shrunk to
 theirs), re-balanced as workers come and go; the places it holds count
@@ -20,11 +25,13 @@ when it does.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from dispatcher import log
 from dispatcher.core import autodisable, concurrency, shares
 from dispatcher.core.breaker import (
     Breaker,
@@ -50,6 +57,10 @@ MAX_BURST = 1_000_000
 # About how long from a place freeing to a claimed row taking it without
 # rows claimed ahead: the claim's wake-up, its round trip and the send.
 CLAIM_CYCLE_MS = 50.0
+# This many timeouts within AT_ONCE_S (at most max_in_flight of them): the
+# requests were on the wire together and the receiver answered none in time.
+TIMEOUTS_AT_ONCE = 10
+AT_ONCE_S = 2.0
 
 
 class Gate(Places):
@@ -60,6 +71,7 @@ class Gate(Places):
         "claimed",
         "endpoint",
         "gone_at",
+        "hinted",
         "limiter",
         "max_share",
         "order",
@@ -69,6 +81,7 @@ class Gate(Places):
         "probing",
         "rate_share",
         "run",
+        "timeouts",
         "unwritten",
         "view",
         "wire",
@@ -112,6 +125,8 @@ class Gate(Places):
         self.p95_ms: float | None = None
         self.paused_until = 0.0  # monotonic; Retry-After pauses the endpoint
         self.run: autodisable.Run = ()  # this process's view of disable_after's run
+        self.timeouts = (0.0, 0)  # (since, count): timeouts close together
+        self.hinted = False  # endpoint_timeouts_at_once said (once per process)
 
     # ------------------------------------------------------------ configuration
 
@@ -286,6 +301,8 @@ class Gate(Places):
                 self.adaptive = concurrency.on_overload(self.adaptive, mono)
             elif result.timed_out:
                 self.adaptive = concurrency.on_timeout(self.adaptive, mono)
+                if not self.hinted:
+                    self._timed_out(mono)
             if result.gone:
                 self.endpoint = replace(self.endpoint, enabled=False)
                 self.gone_at = mono
@@ -313,6 +330,26 @@ class Gate(Places):
                 self.endpoint = replace(ep, enabled=False)
                 self.gone_at = time.monotonic()
         return ready
+
+    def _timed_out(self, mono: float) -> None:
+        since, n = self.timeouts
+        if mono - since > AT_ONCE_S:
+            since, n = mono, 0
+        self.timeouts = (since, n + 1)
+        ep = self.endpoint
+        if n + 1 < min(TIMEOUTS_AT_ONCE, ep.max_in_flight) or ep.max_in_flight < 2:
+            return
+        self.hinted = True
+        log.event(
+            "endpoint_timeouts_at_once",
+            logging.WARNING,
+            endpoint_id=ep.id,
+            timeouts=n + 1,
+            within_s=AT_ONCE_S,
+            max_in_flight=ep.max_in_flight,
+            suggested_max_in_flight=max(1, min(10, ep.max_in_flight // 2)),
+            timeout_ms=ep.timeout_ms,
+        )
 
     def _clean(self) -> bool:
         b = self.breaker

@@ -34,7 +34,7 @@ from dispatcher import log
 from dispatcher.core import failover, window
 from dispatcher.core.errors import OperationalError
 from dispatcher.core.models import AttemptResult, Delivery, Outcome, Stats, Status
-from dispatcher.db import CONNECT_TIMEOUT_S, acquire, create_pool, require_schema, store
+from dispatcher.db import CONNECT_TIMEOUT_S, acquire, create_pool, require_schema, store, where
 from dispatcher.metrics import Metrics
 from dispatcher.settings import Settings
 from dispatcher.worker import attempt
@@ -89,7 +89,7 @@ class Engine:
         self.metrics = metrics
         self._stats = Stats()  # this engine's own claims
         self.connectivity = Connectivity()
-        self._gates = Gates(self.sender.wire)
+        self._gates = Gates(self.sender.wire, settings.target_policy())
         self._wake = asyncio.Event()
         self._stopping = False
         self._cut = asyncio.Event()  # stop(now=True): the grace period is over
@@ -221,7 +221,11 @@ class Engine:
             self._supervise("shares", self._refresher.settle())
             self._supervise("maintenance", maintenance.run())
             self._supervise("window", self._pace())
-            log.event("engine_started", worker=self.worker, drain=drain, wake=prober.mode.value)
+            # Read as the worker's start line at a terminal (log.py): where
+            # it works, on what, and how it stops.
+            log.event("engine_started", worker=self.worker, drain=drain, wake=prober.mode.value,
+                      database=where(self.url), endpoints=len(self._gates),
+                      enabled=sum(1 for g in self._gates if g.endpoint.enabled))  # fmt: skip
             await self._loop()
         finally:
             await self._wind_down()
@@ -329,6 +333,8 @@ class Engine:
                 await helper
         with contextlib.suppress(Exception):
             await self._flush_all()
+        if self._recorder is not None:
+            self._recorder.stopped()
         if self._pool is not None:
             with contextlib.suppress(Exception):
                 async with acquire(self._pool) as conn:

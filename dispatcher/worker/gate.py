@@ -5,8 +5,11 @@ endpoint, reconfigured for a changed one (its wire rebuilt only when what
 it is built from changed), dropped for a gone one once nothing it claimed
 is left, set aside with its reason when a row cannot be used (its
 deliveries are dead-lettered, the other endpoints flow on), and handed the
-membership's shares and the breakers the recorder wrote. The engine and
-the refresher import both names from here.
+membership's shares and the breakers the recorder wrote. An endpoint
+whose address the SSRF guard refuses, seen after the first refresh (added,
+moved there or enabled again while the worker runs), is warned of in the
+words `run` uses at start for the ones it finds (core/refusals.py). The
+engine and the refresher import both names from here.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from dispatcher import log
 from dispatcher.core import shares
 from dispatcher.core.breaker import Breaker, BreakerState
 from dispatcher.core.models import Endpoint, validate_headers, validate_shape
+from dispatcher.core.refusals import refused_host
 from dispatcher.core.shaping import compile_success_body, url_sample
-from dispatcher.core.ssrf import validate_url
+from dispatcher.core.ssrf import TargetPolicy, validate_url
 from dispatcher.db.store import EndpointState
 from dispatcher.worker.endpointgate import Gate
 from dispatcher.worker.wire import EndpointWire
@@ -44,8 +48,14 @@ def _wire_key(ep: Endpoint) -> tuple[object, ...]:
 class Gates:
     """Every endpoint's gate in this process, in a stable order for claims."""
 
-    def __init__(self, wire: Callable[[Endpoint], EndpointWire]) -> None:
+    def __init__(
+        self, wire: Callable[[Endpoint], EndpointWire], policy: TargetPolicy | None = None
+    ) -> None:
         self._wire = wire
+        # The SSRF guard's policy, to warn of a refused endpoint (None: never).
+        self._policy = policy
+        # The first refresh's endpoints were warned of by `run` at start.
+        self._synced = False
         self._gates: dict[int, Gate] = {}
         self.ids: list[int] = []  # rotated per claim by the planner's caller
 
@@ -83,6 +93,7 @@ class Gates:
             if self._gates[gone].claimed == 0:
                 del self._gates[gone]
                 self.ids.remove(gone)
+        self._synced = True
         return due
 
     def _applied(
@@ -98,6 +109,7 @@ class Gates:
                 # enabling it again would send the next row to a gone URL.
                 endpoint = replace(endpoint, enabled=False)
         if gate is None or gate.endpoint != endpoint or gate.broken != state.broken:
+            self._warn_refused(None if gate is None else gate.endpoint, endpoint)
             wire, broken = self._wired(gate, state)
             if gate is None:
                 gate = Gate(endpoint, wire, state.breaker, broken)
@@ -107,6 +119,22 @@ class Gates:
         gate.apply_share(view)
         gate.sync(state, worker, now_mono)
         return gate
+
+    def _warn_refused(self, before: Endpoint | None, ep: Endpoint) -> None:
+        """Once per change that makes the endpoint one to send to at an
+        address the guard refuses: its deliveries would otherwise die as
+        `refused target` with nothing said until the dead letters."""
+        if self._policy is None or not self._synced or not ep.enabled:
+            return
+        if (
+            before is not None
+            and before.enabled
+            and (before.url, before.macro_style) == (ep.url, ep.macro_style)
+        ):
+            return  # said already, or not refused: nothing the guard judges changed
+        host = refused_host(ep.url, self._policy, ep.macro_style)
+        if host is not None:
+            log.event("endpoint_target_refused", logging.WARNING, endpoint_id=ep.id, host=host)
 
     def _add(self, gate: Gate) -> None:
         if gate.endpoint.id not in self._gates:

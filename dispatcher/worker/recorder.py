@@ -12,7 +12,9 @@ by one more statement in the same transaction; without any, nothing is.
 It decides nothing about gates: it hands the breakers it stored to
 `on_written`, and the engine's gates take them from there. Each written
 batch also goes to the rewriter (worker/rewriter.py), which keeps it a
-while, to write it again on a server that took over without it.
+while, to write it again on a server that took over without it, and its
+dead letters, once written, to worker/notices.py, which says them (a few a
+minute).
 
 An outcome is never dropped: a failed write keeps the batch for the next
 try. The buffer is bounded by the worker's window (rows in flight), since nothing new
@@ -35,6 +37,7 @@ from dispatcher.db import DATABASE_ERRORS, Conn, acquire, store
 from dispatcher.metrics import Metrics
 from dispatcher.settings import Settings
 from dispatcher.worker.connectivity import Connectivity
+from dispatcher.worker.notices import DeadLetters
 from dispatcher.worker.rewriter import Rewriter
 
 # How long a flush failure waits before trying again; outcomes stay buffered.
@@ -77,6 +80,7 @@ class Recorder:
         self._ops_webhooks = ops_webhooks
         # Keeps what was written, to write it again after a failover.
         self._rewriter = rewriter
+        self._dead_letters = DeadLetters(time.monotonic)
         self._flush_size = settings.flush_size
         self._flush_interval_s = settings.flush_interval_s
         self._buffer: list[Outcome] = []
@@ -145,8 +149,13 @@ class Recorder:
                 st.retried += 1
             elif o.status is Status.DEAD_LETTER:
                 st.dead += 1
+                self._dead_letters.dead(o)
             else:
                 st.released += 1
+
+    def stopped(self) -> None:
+        """The worker stops: dead letters not shown one by one are said now."""
+        self._dead_letters.close()
 
     def _touched(self, results: dict[int, list[bool]], now_mono: float) -> list[int]:
         """Endpoints whose stored breaker these results may change."""
@@ -191,6 +200,7 @@ class Recorder:
                     self.stats.statements += 1
         self.stats.flushes += 1
         self._count(batch)
+        self._dead_letters.tick()
         if self._rewriter is not None:
             self._rewriter.wrote(batch)
         for eid, b in written.items():

@@ -5,6 +5,8 @@ in 100 columns (issue 25)."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 from tests.helpers import cli, cli_env
 from tests.receivers import Receiver, status
@@ -58,3 +60,32 @@ async def test_dlq_analyze_rows_fit_100_columns(db_url: str, receiver: Receiver)
     action = " ".join(line.strip() for line in lines[2:])
     assert action.startswith("401 spike") and "`dispatcher dlq replay --endpoint" in action
     assert all(line.count("`") % 2 == 0 for line in lines[2:]), out
+
+
+async def test_enqueue_counts_read_as_words(db_url: str, tmp_path: Path) -> None:
+    # Issue 37: `1 events, 1 deliveries queued`.
+    ids = []
+    for path in ("/a", "/b"):
+        url = f"https://example.com{path}"
+        code, out, err = await cli(db_url, "endpoint", "add", "--url", url, "--event-type", "t",
+                                   "--json")  # fmt: skip
+        assert code == 0, err
+        ids.append(json.loads(out)["id"])
+    code, out, err = await cli(db_url, "enqueue", "--event-type", "t", "--payload", "{}",
+                               "--event-id", "e1")  # fmt: skip
+    assert code == 0, err
+    assert re.fullmatch(r"event e1: 2 deliveries \(ids \d+, \d+\)\n", out), out
+    code, out, _ = await cli(db_url, "enqueue", "--event-type", "t", "--payload", "{}",
+                             "--event-id", "e2", "--endpoint", str(ids[0]))  # fmt: skip
+    assert re.fullmatch(r"event e2: 1 delivery \(id \d+\)\n", out), out
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps({"event_type": "t", "payload": {}, "event_id": "e3"}) + "\n")
+    code, out, err = await cli(db_url, "enqueue", "--file", str(one))
+    assert (code, out) == (0, "1 event read, 2 deliveries queued\n"), err
+    code, out, _ = await cli(db_url, "enqueue", "--file", str(one))  # the same ids: nothing new
+    assert out == "1 event read, 0 deliveries queued\n"
+    two = tmp_path / "two.jsonl"
+    two.write_text("".join(json.dumps({"event_type": "t", "payload": {}, "event_id": f"f{i}",
+                                       "endpoint": ids[1]}) + "\n" for i in range(2)))  # fmt: skip
+    code, out, _ = await cli(db_url, "enqueue", "--file", str(two))
+    assert out == "2 events read, 2 deliveries queued\n"

@@ -135,6 +135,19 @@ async def test_an_operators_day_in_the_console(
         assert len(receiver.requests_to("/partner-fixed")) == 3
         await _fits(page)
 
+        # A replayed delivery keeps its attempts from before the replay, and
+        # says where its fresh budget starts (issue 37: "1 of 1", no trace).
+        await page.eval(f"location.hash = '#/delivery/{dead}'")
+        await page.wait("document.querySelector('#dl-facts').innerText"
+                        ".includes('since it was replayed, after 1 earlier')")  # fmt: skip
+        attempts = await page.text("#dl-attempts")
+        assert "HTTP 500" in attempts and "HTTP 200" in attempts, attempts
+        order = [attempts.index(t) for t in ("HTTP 500", "replayed: a fresh budget", "HTTP 200")]
+        assert order == sorted(order), attempts
+        await page.eval("location.hash = '#/events/refund-1'")
+        await page.wait("document.querySelector('#deliveries').innerText"
+                        ".includes('since it was replayed, after 1 earlier')")  # fmt: skip
+
         # An application: create, a quota, a token shown once, a portal link opened.
         await page.click('header nav a[href="#/applications"]')
         await page.type("#app-id", "acme")

@@ -31,8 +31,10 @@ def _section_blocks(readme: str, heading: str = "## Using it") -> list[str]:
 def test_the_section_has_the_walk() -> None:
     blocks = _section_blocks((REPO / "README.md").read_text())
     script = "\n".join(blocks)
-    # The path a newcomer takes: a receiver, an endpoint, events, a drain, reports.
-    for step in ("endpoint add", "enqueue", "run --drain", "dlq analyze", "db stop"):
+    # The path a newcomer takes: a receiver, an endpoint, events, a drain,
+    # reports, a dead letter found, fixed and replayed.
+    for step in ("endpoint add", "enqueue", "run --drain", "dlq list", "dlq analyze",
+                 "dlq replay", "delivery show", "db stop"):  # fmt: skip
         assert f"dispatcher {step}" in script, step
 
 
@@ -66,10 +68,24 @@ async def test_readme_walk_runs_as_written(tmp_path: Path) -> None:
     out, err = out_b.decode(), err_b.decode()
     assert proc.returncode == 0, f"stdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
     assert "Traceback" not in err, err
-    # The receiver verified and printed each of the three events once.
-    for event_id in ("ord-42", "ord-43", "ord-44"):
-        assert sum(line.startswith(event_id) for line in out.splitlines()) == 1, out
-    assert '"delivered_last_hour":3' in out, out
+    lines = out.splitlines()
+    # The receiver verified and printed each event once, with its type
+    # (issue 37: it printed `-`); ref-42 only after its replay.
+    for event_id, kind in (("ord-42", "order.paid"), ("ord-43", "order.paid"),
+                           ("ord-44", "order.paid"), ("ref-42", "order.refunded")):  # fmt: skip
+        assert [line for line in lines if line.startswith(event_id)] == [f"{event_id}  {kind}"], out
+    # Each step shows what its comment says (issue 37).
+    assert "event ord-43: 1 delivery (id 2)" in lines, out
+    assert "1 event read, 1 delivery queued" in lines, out
+    assert re.search(r"^delivered_last_hour +3$", out, re.M), out
+    assert re.search(r"^dead_letter +1 ", out, re.M), out
+    dead = next(line for line in lines if line.startswith("4 ") and "ref-42" in line)
+    assert "connection refused" in dead, out  # dlq list: the id replay and show take
+    assert re.search(r"^2 .* down ", out, re.M) and "no attempt succeeded" in out, out
+    assert '{"requeued":1}' in lines, out
+    assert "attempts     1 of 1 since it was replayed, after 1 earlier attempt" in lines, out
+    assert re.search(r"^1 .* connection refused .*\n2 .* HTTP 200 .* the first after the replay$",
+                     out, re.M), out  # fmt: skip
     assert str(home.resolve() / "pgdata") in err  # it said where the database lives
     # The walk leaves nothing in the clone (issue 25: order.json and
     # events.jsonl were left in the repository), and cleans its scratch up.

@@ -33,7 +33,8 @@ def test_every_command_and_flag_has_help() -> None:
             if isinstance(action, argparse._SubParsersAction):
                 continue
             assert action.help and action.help != argparse.SUPPRESS, (path, action.dest)
-    for expected in ("endpoint delete", "db status", "db url", "db stop", "dlq replay"):
+    for expected in ("endpoint delete", "db status", "db url", "db stop", "dlq replay",
+                     "dlq list", "delivery list", "delivery show"):  # fmt: skip
         expected = f"dispatcher {expected}"
         assert expected in seen
 
@@ -44,7 +45,7 @@ def test_top_level_help_lists_every_command(capsys: pytest.CaptureFixture[str]) 
     assert exc.value.code == 0
     out = capsys.readouterr().out
     for command in ("migrate", "endpoint", "enqueue", "run", "serve", "alerts", "health",
-                    "slow", "dlq", "db", "demo", "bench"):  # fmt: skip
+                    "slow", "dlq", "delivery", "db", "demo", "bench"):  # fmt: skip
         assert re.search(rf"^\s+{command}\s+\S", out, re.M), command
     assert "DATABASE_URL" in out
 

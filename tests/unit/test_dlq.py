@@ -96,3 +96,37 @@ def test_missing_macros_name_the_field_and_the_fix() -> None:
     p = classify([0.0] * 4, [None] * 4, primary_error="missing macro: click_id", endpoint_id=2)
     assert p.name == "missing-macro"
     assert "click_id" in p.action and "dispatcher dlq replay --endpoint 2" in p.action
+
+
+def test_every_attempt_failing_alike_names_the_code_not_gradual() -> None:
+    # Issue 37: 3 dead letters of 3 attempts each, every one HTTP 500, and
+    # the endpoint answered none of its attempts with 2xx meanwhile.
+    p = classify([0.0, 60.0, 120.0], [500] * 3, success_share=0.0, endpoint_id=4)
+    assert p.name == "status-code"
+    assert p.action.startswith("every attempt failed with HTTP 500: fix the receiver, then ")
+    assert "`dispatcher dlq replay --endpoint 4 --since 1970-01-01T00:00:00Z`" in p.action
+    assert "max_attempts" not in p.action and "timeout_ms" not in p.action
+    # Spread out over days, or clustered: the same fact, the same fix.
+    assert classify([i * 5 * H for i in range(6)], [503] * 6, success_share=0.0).name == (
+        "status-code"
+    )
+    assert "HTTP 502" in classify([i * 60.0 for i in range(20)], [502] * 20, success_share=0).action
+    mostly = classify([0.0] * 5, [500, 500, 500, 500, None], success_share=0.0)
+    assert mostly.action.startswith("no attempt succeeded; 4 of 5 ended with HTTP 500")
+
+
+def test_failing_alike_needs_to_know_nothing_succeeded() -> None:
+    # Unknown (no attempt counted) or some 2xx meanwhile: no claim about every attempt.
+    assert classify([0.0, 60.0, 120.0], [500] * 3).name == "gradual"
+    assert classify([0.0, 60.0, 120.0], [500] * 3, success_share=0.1).name == "gradual"
+    # Mixed codes: no single one to name.
+    assert classify([0.0] * 4, [500, 502, 503, 504], success_share=0.0).name == "gradual"
+
+
+def test_no_answer_at_all_is_down_unless_a_cluster() -> None:
+    p = classify([0.0, 4 * H], [None] * 2, primary_error="connection refused", success_share=0.0)
+    assert p.name == "down"
+    assert "connection refused" in p.action and "once it answers" in p.action
+    many = classify([i * 60.0 for i in range(12)], [None] * 12,
+                    primary_error="timeout after 15000 ms", success_share=0.0)  # fmt: skip
+    assert many.name == "cluster"

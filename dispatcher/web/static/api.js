@@ -168,6 +168,20 @@ export function result(statusCode, error) {
   return error || "–";
 }
 
+// Attempts a delivery made before its last replay: a replay starts a fresh
+// budget (attempt_count back to 0) and keeps the earlier attempts, so "1 of
+// 3" alone would read as the only try.
+export function earlierAttempts(d) {
+  return d.attempts ? Math.max(0, d.attempts.length - d.attempt_count) : 0;
+}
+
+// "1 of 3", and since when it counts when the delivery was replayed.
+export function attemptBudget(d) {
+  const budget = `${num(d.attempt_count)} of ${num(d.max_attempts)}`;
+  const earlier = earlierAttempts(d);
+  return earlier ? `${budget} since it was replayed, after ${num(earlier)} earlier` : budget;
+}
+
 export function table(head, rows, empty) {
   const body = rows.length ? rows.join("") : `<tr><td colspan="${head.length}" class="quiet">${esc(empty)}</td></tr>`;
   return `<div class="scroll"><table><thead><tr>${head.map(h => `<th>${esc(h)}</th>`).join("")}</tr></thead><tbody>${body}</tbody></table></div>`;

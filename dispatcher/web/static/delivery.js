@@ -1,7 +1,8 @@
 // One delivery (#/delivery/ID): what was sent (the payload, exactly as
 // enqueued), to which endpoint, each attempt's result, and a replay when
 // it gave up. The payload is shown to the operator only, never logged.
-import { get, post, act, loadEndpoints, endpointLink, esc, num, ms, when, ago, statusPill, result, table } from "./api.js";
+import { get, post, act, loadEndpoints, endpointLink, esc, num, ms, when, ago, statusPill, result, table,
+  attemptBudget, earlierAttempts } from "./api.js";
 
 function skeleton(id) {
   return `
@@ -40,15 +41,18 @@ export function render(root, idText) {
       ["endpoint", endpointLink(d.endpoint_id)], ["application", esc(d.app)],
       ["event", `<a href="#/events/${encodeURIComponent(d.event_id)}">${esc(d.event_id)}</a>`],
       ["created", esc(when(d.created_at))],
-      ["attempts", `${num(d.attempt_count)} of ${num(d.max_attempts)}`],
+      ["attempts", esc(attemptBudget(d))],
       ["last result", esc(result(d.last_status_code, d.last_error)) + (d.last_response_ms !== null ? ` in ${ms(d.last_response_ms)}` : "")],
       d.delivered_at ? ["delivered", esc(when(d.delivered_at))]
         : ["next attempt", d.status === "dead_letter" ? "none: dead letter" : esc(ago(d.next_attempt_at))],
     ];
     $("#dl-facts").innerHTML = facts.map(([k, v]) => `<div><dt>${esc(k)}</dt><dd>${v}</dd></div>`).join("");
-    $("#dl-attempts").innerHTML = table(["#", "when", "result", "response"], d.attempts.map((a, i) =>
-      `<tr><td>${i + 1}</td><td>${esc(when(a.at))}</td><td class="wrap">${esc(result(a.status_code, a.error))}</td><td>${ms(a.response_ms)}</td></tr>`),
-    "no attempt recorded yet");
+    const rows = d.attempts.map((a, i) =>
+      `<tr><td>${i + 1}</td><td>${esc(when(a.at))}</td><td class="wrap">${esc(result(a.status_code, a.error))}</td><td>${ms(a.response_ms)}</td></tr>`);
+    // Where the replay's fresh budget starts: the attempts above it stay.
+    const earlier = earlierAttempts(d);
+    if (earlier) rows.splice(earlier, 0, `<tr class="replayed"><td colspan="4" class="dim">replayed: a fresh budget of ${num(d.max_attempts)} attempts from here</td></tr>`);
+    $("#dl-attempts").innerHTML = table(["#", "when", "result", "response"], rows, "no attempt recorded yet");
     $("#dl-payload").textContent = JSON.stringify(d.payload, null, 2);
   }
   return { refresh, every: () => (last && ["delivered", "dead_letter"].includes(last.status) ? 10000 : 1500) };

@@ -1,7 +1,8 @@
 // Event search (#/events/ID): every delivery of one event, one per endpoint,
 // each with its attempts. While any delivery is still on its way the view
 // keeps polling, so a retry or a replay can be watched until it lands.
-import { get, post, act, loadEndpoints, endpointLink, esc, num, ms, when, ago, statusPill, result, table } from "./api.js";
+import { get, post, act, loadEndpoints, endpointLink, esc, num, ms, when, ago, statusPill, result, table,
+  attemptBudget } from "./api.js";
 
 const FINAL = new Set(["delivered", "dead_letter"]);
 
@@ -38,7 +39,7 @@ function delivery(d, open) {
     : "";
   return `<article class="delivery" data-delivery="${d.id}" data-status="${esc(d.status)}">
     <div class="title-row"><b>${endpointLink(d.endpoint_id)}</b>${statusPill(d.status)}
-      <span class="dim">${num(d.attempt_count)} of ${num(d.max_attempts)} attempts · ${next(d)}</span>
+      <span class="dim">attempts ${esc(attemptBudget(d))} · ${next(d)}</span>
       <span class="spacer"></span>${replay}
       <button type="button" class="toggle" data-attempts="${d.id}" aria-expanded="${open}">
         ${open ? "Hide" : "Show"} attempts (${d.attempts.length})</button></div>
