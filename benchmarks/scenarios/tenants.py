@@ -70,7 +70,13 @@ async def run_tenants(bench: Bench, opts: Options) -> dict[str, Any]:
     for label, b in (("alone", None), ("with_b", rcv_b)):
         phases[label] = await _phase(bench, label, rcv_a, b, payload, events, n_ep, rate, b_min)
     alone, shared = phases["alone"], phases["with_b"]
-    ratio = shared["a_per_min"] / alone["a_per_min"] if alone["a_per_min"] else None
+    # Either rate is None when a's drain ended before a rate could be read
+    # (a smoke run's few events): no ratio then, rather than a crash.
+    ratio = (
+        shared["a_per_min"] / alone["a_per_min"]
+        if shared["a_per_min"] and alone["a_per_min"]
+        else None
+    )
     bench.report["phases"] = phases
     bench.report["ratio"] = None if ratio is None else round(ratio, 3)
     b = shared["b"]
