@@ -47,6 +47,8 @@ CREATE INDEX endpoint_hours_hour_idx ON endpoint_hours (hour);
 
 -- The last 24 hours of raw samples, folded in, so that an upgraded
 -- deployment's percentiles and last-hour figures carry on where they were.
+-- The bucket is dispatcher_latency_bucket's arithmetic written out: the
+-- functions of schema/functions/ are applied after the numbered migrations.
 INSERT INTO endpoint_minutes (endpoint_id, minute, attempts, answered_2xx, hist_b, hist_n)
 SELECT endpoint_id, minute, sum(n)::int, sum(ok)::int,
        array_agg(b ORDER BY b), array_agg(n::int ORDER BY b)

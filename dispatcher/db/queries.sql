@@ -72,7 +72,7 @@ WITH o AS (
            OR (w.status IN ('pending', 'failed') AND w.attempt_count = o.attempt))
     RETURNING CASE WHEN o.status = 'delivered'
                    THEN extract(epoch FROM now() - w.created_at)::float8 END AS lag_s,
-              o.endpoint_id, o.status, o.spent, o.status_code, o.response_ms
+              o.endpoint_id, o.status, o.status_code, o.response_ms
 ), lat AS (
     INSERT INTO endpoint_latency (endpoint_id, response_ms, status_code, delivery_id, error)
     SELECT o.endpoint_id, o.response_ms, o.status_code, o.id, o.error FROM o WHERE o.spent
