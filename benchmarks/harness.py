@@ -143,9 +143,7 @@ def _admin_url(settings: Any) -> str:
     url = getattr(settings, "database_url", None) or os.environ.get("DATABASE_URL")
     if url:
         return str(url)
-    home = getattr(settings, "home", None) or Path(
-        os.environ.get("DISPATCHER_HOME") or ".dispatcher"
-    )
+    home = getattr(settings, "home", None) or Settings.from_env().home
     progress(f"DATABASE_URL is unset: using the embedded PostgreSQL under {home}")
     return embedded_url(Path(home))
 

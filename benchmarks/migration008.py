@@ -23,13 +23,13 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import asyncpg
 
 from dispatcher.db import migrations
 from dispatcher.db.embedded import embedded_url, with_database
+from dispatcher.settings import Settings
 from tests.releases import build_release
 
 DB = "dispatcher_mig008"
@@ -118,9 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.rows < 0 or a.endpoints < 1 or a.tries < 1:
         p.error("--rows >= 0, --endpoints >= 1, --tries >= 1")
-    server = os.environ.get("DATABASE_URL") or embedded_url(
-        Path(os.environ.get("DISPATCHER_HOME") or ".dispatcher")
-    )
+    server = os.environ.get("DATABASE_URL") or embedded_url(Settings.from_env().home)
     doc = asyncio.run(run(server, a.rows, a.endpoints, a.tries))
     sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     return 0

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dispatcher.core.dburl import check_database_url
 from dispatcher.core.errors import BadInput
 from dispatcher.core.secretbox import SecretBox
 from dispatcher.core.ssrf import TargetPolicy
@@ -76,6 +77,22 @@ def _fixed_window(env: Mapping[str, str]) -> int | None:
     if raw in ("", "auto"):
         return None
     return max(1, _int(env, "DISPATCHER_MAX_IN_FLIGHT", 0))
+
+
+def default_home(env: Mapping[str, str]) -> Path:
+    """DISPATCHER_HOME's default, the user's data folder (SPEC "Runtime
+    environment"): one database per user whatever the working directory.
+    XDG says a relative XDG_DATA_HOME is ignored."""
+    xdg = env.get("XDG_DATA_HOME") or ""
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".local" / "share"
+    return base / "dispatcher"
+
+
+def _database_url(env: Mapping[str, str]) -> str | None:
+    url = env.get("DATABASE_URL") or None
+    if url is not None:
+        check_database_url(url)  # before anything connects with it
+    return url
 
 
 def _log_format(env: Mapping[str, str]) -> str:
@@ -146,7 +163,7 @@ RETENTION_NAMES = tuple(Retention.__dataclass_fields__)
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Settings:
     database_url: str | None = None
-    home: Path = Path(".dispatcher")
+    home: Path = field(default_factory=lambda: default_home(os.environ))
     allow_private_targets: bool = False
     admin_token: str | None = None
     allow_weak_admin_token: bool = False  # a token under 32 characters beyond loopback
@@ -188,8 +205,8 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
         return cls(
-            database_url=env.get("DATABASE_URL") or None,
-            home=Path(env.get("DISPATCHER_HOME") or ".dispatcher"),
+            database_url=_database_url(env),
+            home=Path(env["DISPATCHER_HOME"]) if env.get("DISPATCHER_HOME") else default_home(env),
             allow_private_targets=env.get("DISPATCHER_ALLOW_PRIVATE_TARGETS", "") == "1",
             admin_token=env.get("DISPATCHER_ADMIN_TOKEN") or None,
             allow_weak_admin_token=env.get("DISPATCHER_ALLOW_WEAK_ADMIN_TOKEN", "") == "1",
@@ -250,10 +267,24 @@ ENVIRONMENT: tuple[Variable, ...] = (
         "DATABASE_URL",
         "PostgreSQL URL of the queue; may name every node of a cluster "
         "(`postgresql://u@pg1,pg2/db?target_session_attrs=read-write`, see "
-        "[scaling](scaling.md#several-hosts-in-database_url))",
+        "[scaling](scaling.md#several-hosts-in-database_url)); anything but a `postgresql://` "
+        "or `postgres://` URL is refused at start (exit 2)",
         "unset: an embedded PostgreSQL (pgserver) under `$DISPATCHER_HOME/pgdata`",
     ),
-    Variable("DISPATCHER_HOME", "state folder of the embedded PostgreSQL", "`./.dispatcher`"),
+    Variable(
+        "DISPATCHER_HOME",
+        "state folder of the embedded PostgreSQL (its data in `pgdata/` there); the first "
+        "command that starts the server says where",
+        "the user's data folder: `$XDG_DATA_HOME/dispatcher`, else "
+        "`~/.local/share/dispatcher`, whatever the working directory; the Makefile's "
+        "targets set `./.dispatcher` (the checkout's own)",
+    ),
+    Variable(
+        "XDG_DATA_HOME",
+        "the user's data folder (XDG base directories), read only for `DISPATCHER_HOME`'s "
+        "default; a relative path is ignored",
+        "`~/.local/share`",
+    ),
     Variable(
         "DISPATCHER_ALLOW_PRIVATE_TARGETS",
         "`1` allows loopback, private and link-local destinations",

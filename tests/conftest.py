@@ -73,6 +73,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.basetemp = str(home / "basetemp")
     (home / "tmp").mkdir()
     os.environ["TMPDIR"] = str(home / "tmp")
+    # A command a test starts without DATABASE_URL or DISPATCHER_HOME would
+    # start the user's own embedded database (DISPATCHER_HOME's default, in
+    # the user's data folder): it gets one in this folder instead.
+    os.environ["XDG_DATA_HOME"] = str(home / "data")
     # pgserver keeps its lock in the XDG runtime folder, else /tmp/runtime-$UID.
     if not os.environ.get("XDG_RUNTIME_DIR"):
         (home / "run").mkdir(mode=0o700)
@@ -84,6 +88,22 @@ def pytest_configure_node(node: object) -> None:
     """xdist: each worker is told the controller's folder."""
     config = node.config  # type: ignore[attr-defined]
     node.workerinput[_HOME] = str(config._dispatcher_home)  # type: ignore[attr-defined]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The run's last words on what it skipped, grouped by reason, and the
+    command that installs what those tests need (tests/skips.py)."""
+    from tests import skips
+
+    reports = terminalreporter.stats.get("skipped", [])
+    lines = skips.summary(
+        [skips.reason_of(r.longrepr) for r in reports],
+        root=hasattr(os, "geteuid") and os.geteuid() == 0,
+    )
+    if lines:
+        terminalreporter.write_sep("=", "skipped, and why")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -16,7 +16,7 @@ import argparse
 import os
 import sys
 from collections.abc import Coroutine, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 from dispatcher import db
 from dispatcher.cli.apps import add_app_commands
@@ -28,6 +28,7 @@ from dispatcher.cli.enqueue import add_enqueue_command
 from dispatcher.cli.eventtypes import add_event_type_commands
 from dispatcher.cli.help import OVERVIEW
 from dispatcher.cli.opswebhooks import add_ops_webhook_commands
+from dispatcher.cli.parser import Parser as _Parser
 from dispatcher.cli.postbacks import add_postback_commands
 from dispatcher.cli.reports import add_report_commands
 from dispatcher.cli.run import cmd_bench, cmd_demo, cmd_run, cmd_serve
@@ -36,19 +37,6 @@ from dispatcher.core.errors import DispatcherError
 from dispatcher.db.embedded import resolve_database_url
 from dispatcher.settings import Settings
 from dispatcher.version import __version__
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        if message.endswith("required: COMMAND"):
-            # `dispatcher` (or `dispatcher endpoint`) alone: someone looking
-            # around, who needs the commands more than the complaint.
-            sys.stderr.write(self.format_help())
-            sys.exit(2)
-        # One line, not argparse's usage block.
-        sys.stderr.write(f"dispatcher: error: {message}\n")
-        sys.exit(2)
-
 
 # ---------------------------------------------------------------- commands
 
@@ -177,7 +165,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     except db.DATABASE_ERRORS as exc:
         sys.stderr.write(f"dispatcher: error: {db.one_line(exc)}\n")
         code = 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C before a command set its own handler
+        sys.stderr.write("dispatcher: interrupted\n")
         code = 130
     except Exception as exc:  # a bug: still one line, never a traceback
         if os.environ.get("DISPATCHER_DEBUG") == "1":

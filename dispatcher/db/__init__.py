@@ -28,6 +28,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from dispatcher.core.dburl import check_database_url
 from dispatcher.core.errors import BadInput, OperationalError
 from dispatcher.core.shaping import compile_success_body
 from dispatcher.db import hosts
@@ -219,6 +220,8 @@ async def ping(conn: Conn, timeout: float) -> None:
 
 
 async def connect(url: str) -> asyncpg.Connection:
+    # Not a PostgreSQL URL: bad input, said as such, not a failed connection.
+    check_database_url(url, "the database URL")
     try:
         return await open_connection(url, timeout=10)
     except DATABASE_ERRORS as exc:
