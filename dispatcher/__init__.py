@@ -6,7 +6,8 @@ transactional outbox), the exception tree, and the receiver-side verifier.
 
 from __future__ import annotations
 
-from dispatcher.api import enqueue
+from typing import TYPE_CHECKING
+
 from dispatcher.core.errors import (
     BadInput,
     DispatcherError,
@@ -17,12 +18,21 @@ from dispatcher.core.errors import (
 )
 from dispatcher.version import __version__
 
+if TYPE_CHECKING:
+    from dispatcher.api import enqueue
+
 _RECEIVER = ("VerificationError", "claim_once", "verify", "verify_request", "webhook_middleware")
 
 
 def __getattr__(name: str) -> object:
-    # The receiver kit pulls in aiohttp.web and cryptography: import it only
-    # when asked for, so a worker starts without it.
+    # The receiver kit pulls in aiohttp.web and cryptography, enqueue the
+    # whole service layer: each is imported when asked for, so a worker
+    # starts without the kit and `import dispatcher` (the CLI's first step,
+    # where a Ctrl-C would otherwise be a traceback) stays light.
+    if name == "enqueue":
+        from dispatcher.api import enqueue
+
+        return enqueue
     if name in _RECEIVER:
         from dispatcher import receiver
 

@@ -1,3 +1,3 @@
-from dispatcher.cli.main import main
+from dispatcher.cli.entry import main
 
 main()

@@ -162,10 +162,24 @@ def _timeouts(f: dict[str, Any]) -> str:
     )
 
 
+def _how_it_ended(f: dict[str, Any]) -> str:
+    """`code` (and `signal`, when one ended it) of supervise._exit."""
+    if "signal" in f:
+        return f"was killed by {f['signal']}"
+    return f"exited with code {f['code']}"
+
+
 def _child_died(f: dict[str, Any]) -> str:
     return (
-        f"worker process {f['child']} (pid {f['pid']}) exited with code {f['code']}: "
+        f"worker process {f['child']} (pid {f['pid']}) {_how_it_ended(f)}: "
         f"restarting it in {f['restart_in_s']:g} s"
+    )
+
+
+def _child_lost(f: dict[str, Any]) -> str:
+    return (
+        f"worker process {f['child']} (pid {f['pid']}) {_how_it_ended(f)} while "
+        "stopping, not as asked: what it held is retried when its lease ends"
     )
 
 
@@ -177,6 +191,7 @@ _SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
     ),
     "child_started": lambda f: f"worker process {f['child']} started (pid {f['pid']})",
     "child_died": _child_died,
+    "child_lost": _child_lost,
     "supervisor_stopped": lambda f: f"the {f['processes']} worker processes have stopped",
     "engine_started": _started,
     "engine_stopped": _stopped,

@@ -76,6 +76,24 @@ def _is(name: str) -> Any:
     return lambda line: (_event(line) or {}).get("event") == name
 
 
+async def test_ctrl_c_while_the_parent_imports_is_one_line(db_url: str) -> None:
+    run = await _Run.start(db_url, DISPATCHER_LOG_FORMAT="text")
+    try:
+        # The parent's own imports take a few tenths of a second here; a
+        # Ctrl-C that lands after them is the supervisor's (exit 0), one in
+        # them the entry point's (130): never a traceback either way.
+        await asyncio.sleep(0.15)
+        run.ctrl_c()
+        code = await run.end()
+    finally:
+        run.kill()
+    log = "\n".join(run.lines)
+    assert "Traceback" not in log and "KeyboardInterrupt" not in log, log
+    assert code in (0, 130), log
+    if code == 130:
+        assert run.lines == ["dispatcher: interrupted"], log
+
+
 async def test_ctrl_c_while_the_children_import_stops_quietly(db_url: str) -> None:
     run = await _Run.start(db_url)
     try:

@@ -209,3 +209,11 @@ def test_the_supervisors_lines_read_as_sentences() -> None:
     assert _text("child_died", child=1, pid=10, code=1, restart_in_s=0.5) == (
         "dispatcher: worker process 1 (pid 10) exited with code 1: restarting it in 0.5 s"
     )
+    assert (
+        _text("child_died", child=0, pid=11, code=-9, signal="SIGKILL", restart_in_s=1.0)
+        == "dispatcher: worker process 0 (pid 11) was killed by SIGKILL: restarting it in 1 s"
+    )
+    assert _text("child_lost", child=1, pid=12, code=-9, signal="SIGKILL") == (
+        "dispatcher: worker process 1 (pid 12) was killed by SIGKILL while stopping, not as "
+        "asked: what it held is retried when its lease ends"
+    )
