@@ -18,6 +18,13 @@ from pathlib import Path
 
 from dispatcher.core.dburl import check_database_url
 from dispatcher.core.errors import BadInput
+from dispatcher.core.retention import (  # noqa: F401 (re-exported)
+    DAY_S,
+    RETENTION_HELP,
+    RETENTION_NAMES,
+    RETENTION_VARIABLES,
+    Retention,
+)
 from dispatcher.core.secretbox import SecretBox
 from dispatcher.core.ssrf import TargetPolicy
 
@@ -112,52 +119,11 @@ class OwnServer:
     token: str | None = None
 
 
-DAY_S = 24 * 3600.0
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Retention:
-    """How long each growing table keeps a row, in seconds; 0 keeps it
-    forever (SPEC "History, payloads and retention"). Maintenance removes
-    what is past it in bounded batches."""
-
-    delivered_s: float = 7 * DAY_S
-    dead_s: float = 30 * DAY_S
-    cancelled_s: float = 7 * DAY_S
-    attempts_s: float = 7 * DAY_S  # the attempt log (endpoint_latency)
-    messages_s: float = 90 * DAY_S  # the Svix API's messages
-    transitions_s: float = 30 * DAY_S  # breaker transitions
-    idempotency_s: float = DAY_S  # Idempotency-Key answers
-    portal_s: float = DAY_S  # portal codes and sessions, after they expire
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> Retention:
-        d = cls()
-        return cls(**{
-            name: _float(env, var, getattr(d, name)) for name, var in RETENTION_VARIABLES.items()
-        })  # fmt: skip
-
-    @staticmethod
-    def kept(seconds: float) -> float | None:
-        """The cut-off for SQL: None (keep forever) for 0."""
-        return seconds if seconds > 0 else None
-
-    def finals(self) -> tuple[float | None, float | None, float | None]:
-        """The queue's final rows' cut-offs: delivered, dead, cancelled."""
-        return self.kept(self.delivered_s), self.kept(self.dead_s), self.kept(self.cancelled_s)
-
-
-RETENTION_VARIABLES = {  # each Retention field's variable, spelt out for grep
-    "delivered_s": "DISPATCHER_RETENTION_DELIVERED_S",
-    "dead_s": "DISPATCHER_RETENTION_DEAD_S",
-    "cancelled_s": "DISPATCHER_RETENTION_CANCELLED_S",
-    "attempts_s": "DISPATCHER_RETENTION_ATTEMPTS_S",
-    "messages_s": "DISPATCHER_RETENTION_MESSAGES_S",
-    "transitions_s": "DISPATCHER_RETENTION_TRANSITIONS_S",
-    "idempotency_s": "DISPATCHER_RETENTION_IDEMPOTENCY_S",
-    "portal_s": "DISPATCHER_RETENTION_PORTAL_S",
-}
-RETENTION_NAMES = tuple(Retention.__dataclass_fields__)
+def _retention(env: Mapping[str, str]) -> Retention:
+    d = Retention()
+    return Retention(**{
+        name: _float(env, var, getattr(d, name)) for name, var in RETENTION_VARIABLES.items()
+    })  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -183,6 +149,11 @@ class Settings:
     latency_window_s: float = 24 * 3600.0
     percentile_refresh_s: float = 10.0
     retention: Retention = field(default_factory=Retention)
+    # Idempotent enqueue holds at least this long (SPEC; Svix's eventId):
+    # the unique (event_id, endpoint_id) index covers every row kept, so it
+    # holds as long as a delivery's row does; `run` warns when a retention
+    # would delete rows sooner.
+    dedup_window_s: float = DAY_S
     response_body_cap: int = 4096
     # Security and privacy.
     secret_key: str | None = None  # DISPATCHER_SECRET_KEY: encrypts endpoint secrets at rest
@@ -221,7 +192,8 @@ class Settings:
             lease_margin_s=min(_float(env, "DISPATCHER_LEASE_MARGIN_S", 30.0), 59.0),
             latency_window_s=_float(env, "DISPATCHER_LATENCY_WINDOW_S", 24 * 3600.0),
             percentile_refresh_s=_float(env, "DISPATCHER_PERCENTILE_REFRESH_S", 10.0),
-            retention=Retention.from_env(env),
+            retention=_retention(env),
+            dedup_window_s=max(1.0, _float(env, "DISPATCHER_DEDUP_WINDOW_S", DAY_S)),
             secret_key=env.get("DISPATCHER_SECRET_KEY") or None,
             allowed_networks=_networks(env.get("DISPATCHER_ALLOWED_NETWORKS", "")),
             max_payload_bytes=max(1, _int(env, "DISPATCHER_MAX_PAYLOAD_BYTES", 256 * 1024)),
@@ -357,47 +329,14 @@ ENVIRONMENT: tuple[Variable, ...] = (
         "seconds between the stored percentiles' refreshes (one worker at a time)",
         "10",
     ),
+    *(Variable(name, text, default) for name, text, default in RETENTION_HELP),
     Variable(
-        "DISPATCHER_RETENTION_DELIVERED_S",
-        "delivered rows older than this (since delivered) are deleted, in batches; 0 keeps them",
-        "604800 (7 days)",
-    ),
-    Variable(
-        "DISPATCHER_RETENTION_DEAD_S",
-        "dead letters older than this (since they died) are deleted; 0 keeps them",
-        "2592000 (30 days)",
-    ),
-    Variable(
-        "DISPATCHER_RETENTION_CANCELLED_S",
-        "cancelled rows older than this (since cancelled) are deleted; 0 keeps them",
-        "604800 (7 days)",
-    ),
-    Variable(
-        "DISPATCHER_RETENTION_ATTEMPTS_S",
-        "attempts (the attempt log, `endpoint_latency`) older than this are deleted; 0 keeps"
-        " them. Percentiles do not need them (per-minute histograms)",
-        "604800 (7 days)",
-    ),
-    Variable(
-        "DISPATCHER_RETENTION_MESSAGES_S",
-        "Svix-API messages older than this are deleted, unless a delivery of theirs is still"
-        " to be made; 0 keeps them",
-        "7776000 (90 days)",
-    ),
-    Variable(
-        "DISPATCHER_RETENTION_TRANSITIONS_S",
-        "breaker transitions older than this are deleted; 0 keeps them",
-        "2592000 (30 days)",
-    ),
-    Variable(
-        "DISPATCHER_RETENTION_IDEMPOTENCY_S",
-        "Idempotency-Key answers are replayed this long, then deleted",
-        "86400 (24 h)",
-    ),
-    Variable(
-        "DISPATCHER_RETENTION_PORTAL_S",
-        "portal sign-in codes and sessions are deleted this long after they expire",
-        "86400 (24 h)",
+        "DISPATCHER_DEDUP_WINDOW_S",
+        "enqueueing an event id again for the same endpoint creates nothing at least this long;"
+        " it goes on holding while the first delivery's row is kept (its retention above), and"
+        " once that row is deleted the id is new again. `run` warns when a retention of final"
+        " rows is shorter",
+        "86400 (24 h, as Svix's `eventId`)",
     ),
     Variable(
         "DISPATCHER_MAX_PAYLOAD_BYTES",

@@ -132,7 +132,8 @@ async def cmd_app_revoke_portal(args: argparse.Namespace, settings: Settings) ->
 
 def add_app_commands(
     cmd: Callable[..., argparse.ArgumentParser], group: Callable[[str, str], Any]
-) -> None:
+) -> Any:
+    """Returns the `app` group (cli/erasure.py adds `expunge`)."""
     apps = group(
         "app",
         "applications (tenants): add, list, quotas, API tokens, portal links and revoking them",
@@ -175,3 +176,4 @@ def add_app_commands(
     end = cmd("revoke-portal", cmd_app_revoke_portal, apps,
               help="end every portal code and session of the application now")  # fmt: skip
     end.add_argument("id", help="the application")
+    return apps

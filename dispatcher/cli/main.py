@@ -25,6 +25,7 @@ from dispatcher.cli.dbcommands import cmd_db_status, cmd_db_stop, cmd_db_url
 from dispatcher.cli.deliveries import add_delivery_commands
 from dispatcher.cli.endpoints import add_endpoint_commands
 from dispatcher.cli.enqueue import add_enqueue_command
+from dispatcher.cli.erasure import add_erasure_commands
 from dispatcher.cli.eventtypes import add_event_type_commands
 from dispatcher.cli.help import OVERVIEW
 from dispatcher.cli.opswebhooks import add_ops_webhook_commands
@@ -84,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cmd("migrate", cmd_migrate, help="apply schema migrations (idempotent, safe in parallel)")
     eps = add_endpoint_commands(cmd, group)
-    add_postback_commands(cmd, group, eps)
+    events = add_postback_commands(cmd, group, eps)
     add_enqueue_command(cmd)
 
     run = cmd("run", cmd_run, help="the worker: deliver what is due until stopped")
@@ -111,7 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_report_commands(cmd, group)
     add_delivery_commands(cmd, group)
 
-    add_app_commands(cmd, group)
+    apps = add_app_commands(cmd, group)
+    add_erasure_commands(cmd, events, apps)
     add_event_type_commands(cmd, group)
     add_ops_webhook_commands(cmd, group)
 

@@ -53,6 +53,13 @@ class Parser(argparse.ArgumentParser):
         if unknown:
             return "; ".join(parser.unknown_option(name) for name in unknown)
         choice = _INVALID_CHOICE.search(message)
+        if choice is not None and not message.startswith("argument COMMAND: "):
+            # A value out of an option's or argument's choices: argparse's
+            # words, which name both, and the nearest choice.
+            given = choice.group(1)
+            values = [c.strip().strip("'\"") for c in choice.group(2).split(",")]
+            near = difflib.get_close_matches(given, values, n=1)
+            return message + (f" (did you mean {near[0]!r}?)" if near else "")
         if choice is not None:
             given = choice.group(1)
             commands = [c.strip().strip("'\"") for c in choice.group(2).split(",")]

@@ -108,7 +108,8 @@ def _event_action(name: str) -> Handler:
     return handler
 
 
-def add_postback_commands(cmd: Cmd, group: Callable[[str, str], Any], eps: Any) -> None:
+def add_postback_commands(cmd: Cmd, group: Callable[[str, str], Any], eps: Any) -> Any:
+    """Returns the `event` group (cli/erasure.py adds `expunge`)."""
     test = cmd("test", cmd_endpoint_test, eps,
                help="send one request now, outside the queue; print status, latency and "
                     "the answer (nothing is stored)")  # fmt: skip
@@ -117,7 +118,7 @@ def add_postback_commands(cmd: Cmd, group: Callable[[str, str], Any], eps: Any) 
                       help="the event's payload (default: a dispatcher.test document)")  # fmt: skip
     test.add_argument("--event-type", metavar="T",
                       help=f"the event's type (default: {testshot.TEST_EVENT_TYPE})")  # fmt: skip
-    events = group("event", "one event's held deliveries: release, cancel")
+    events = group("event", "one event: release or cancel its held deliveries, erase its payload")
     for name, text in (
         ("release", "send the event's held deliveries"),
         ("cancel", "end the event's deliveries not yet sent (status cancelled)"),
@@ -125,3 +126,4 @@ def add_postback_commands(cmd: Cmd, group: Callable[[str, str], Any], eps: Any) 
         sp = cmd(name, _event_action(name), events, help=text)
         sp.add_argument("event_id", metavar="EVENT_ID", help="the event id given at enqueue")
         sp.add_argument("--app", metavar="ID", help="the event's application (default: default)")
+    return events

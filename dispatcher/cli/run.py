@@ -53,6 +53,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     if args.http:
         check_admin_token(settings, args.http)
     await warn_refused_targets(settings, url)
+    warn_dedup_window(settings)
     metrics = Metrics()
     engine = Engine(settings, url, metrics=metrics)
     loop = asyncio.get_running_loop()
@@ -148,6 +149,23 @@ def check_admin_token(settings: Settings, bind: str) -> None:
         raise BadInput(words)
     if words:
         sys.stderr.write(f"dispatcher: warning: {words}\n")
+
+
+def warn_dedup_window(settings: Settings) -> None:
+    """A retention of final rows shorter than the dedup window deletes the
+    rows that make a second enqueue of the same event id a no-op."""
+    r, window = settings.retention, settings.dedup_window_s
+    short = [
+        name for name, s in (("DELIVERED", r.delivered_s), ("DEAD", r.dead_s),
+                             ("CANCELLED", r.cancelled_s)) if 0 < s < window
+    ]  # fmt: skip
+    if short:
+        names = ", ".join(f"DISPATCHER_RETENTION_{n}_S" for n in short)
+        sys.stderr.write(
+            f"dispatcher: warning: {names} shorter than DISPATCHER_DEDUP_WINDOW_S "
+            f"({window:g} s): an event id enqueued again after its rows are deleted is "
+            "delivered again\n"
+        )
 
 
 async def warn_refused_targets(settings: Settings, url: str) -> None:

@@ -276,7 +276,9 @@ async def _keep(pool: _Pool, index: int) -> int:
                   restart_in_s=backoff, **_exit(code))  # fmt: skip
         try:
             await asyncio.wait_for(pool.stopping.wait(), backoff)
-            return 1  # stopped while this child was down after failing
+            # Stopped while this child was down, waiting to be started
+            # again: nothing of it is left to stop (giving up says 1).
+            return 0
         except TimeoutError:
             pass
         backoff = min(backoff * 2, MAX_BACKOFF_S)

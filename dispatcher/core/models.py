@@ -113,6 +113,7 @@ class Delivery:
     event_type: str = ""
     started: bool = False  # on the wire: a shutdown gives it the grace period
     seq: int = -1  # its place in the endpoint's send order, once sent
+    erased: bool = False  # its payload was expunged: never to be sent
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

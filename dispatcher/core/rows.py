@@ -99,6 +99,7 @@ class DeadLetter:
     last_error: str | None
     last_status_code: int | None
     last_response_ms: int | None
+    payload_expired: bool = False  # erased (schema 022): it cannot be replayed
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -146,6 +147,7 @@ class BrowsedDelivery:
     last_error: str | None
     last_status_code: int | None
     last_response_ms: int | None
+    payload_expired: bool = False  # erased (schema 022): it cannot be resent or replayed
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -39,14 +39,16 @@ async def browse(
     return [BrowsedDelivery(**dict(r)) for r in rows]
 
 
-async def get(conn: Conn, delivery_id: int, app: str | None) -> tuple[BrowsedDelivery, str] | None:
-    """The delivery and its payload's exact text, or None (not there, or
-    another application's)."""
+async def get(
+    conn: Conn, delivery_id: int, app: str | None
+) -> tuple[BrowsedDelivery, str | None] | None:
+    """The delivery and its payload's exact text (None once erased), or
+    None (not there, or another application's)."""
     row = await conn.fetchrow(Q["get_delivery"], delivery_id, app)
     if row is None:
         return None
     doc = dict(row)
-    payload: str = doc.pop("payload")
+    payload: str | None = doc.pop("payload")
     return BrowsedDelivery(**doc), payload
 
 

@@ -566,6 +566,7 @@ ORDER BY d.endpoint_id;
 UPDATE webhook_queue
 SET status = 'pending', attempt_count = 0, next_attempt_at = now(), updated_at = now()
 WHERE id = ANY($1::bigint[]) AND status = 'dead_letter'
+  AND payload IS NOT NULL  -- erased (schema 022): nothing left to send
   -- A deleted endpoint's dead letters stay dead: nothing would send them.
   -- An application's token replays only its own, never the operator's ops
   -- deliveries (018), whatever its application is called.
@@ -580,7 +581,7 @@ UPDATE webhook_queue
 SET status = 'pending', attempt_count = 0, next_attempt_at = now(), updated_at = now()
 WHERE id IN (
     SELECT id FROM webhook_queue
-    WHERE endpoint_id = $1 AND status = 'dead_letter'
+    WHERE endpoint_id = $1 AND status = 'dead_letter' AND payload IS NOT NULL
       AND ($2::timestamptz IS NULL OR updated_at >= $2)
       AND ($3::timestamptz IS NULL OR updated_at < $3)
     ORDER BY updated_at, id
@@ -692,7 +693,8 @@ SELECT
 
 -- name: dead_letters_list
 SELECT id, endpoint_id, event_id, event_type, attempt_count, created_at, updated_at AS dead_at,
-       last_error, last_status_code, last_response_ms
+       last_error, last_status_code, last_response_ms,
+       payload_erased_at IS NOT NULL AS payload_expired
 FROM webhook_queue
 WHERE status = 'dead_letter' AND ($1::bigint IS NULL OR endpoint_id = $1)
   AND ($3::text IS NULL
@@ -722,7 +724,8 @@ ORDER BY l.delivery_id, l.measured_at;
 -- those of its deleted endpoints: they are still its history.
 SELECT q.id, q.endpoint_id, e.application_id AS app, q.event_id, q.event_type, q.status,
        q.attempt_count, q.max_attempts, q.created_at, q.next_attempt_at, q.delivered_at,
-       q.updated_at, q.last_error, q.last_status_code, q.last_response_ms
+       q.updated_at, q.last_error, q.last_status_code, q.last_response_ms,
+       q.payload_erased_at IS NOT NULL AS payload_expired
 FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
 WHERE ($1::text IS NULL OR (e.application_id = $1 AND e.ops_scope IS DISTINCT FROM 'operator'))
   AND ($2::text IS NULL OR q.status = $2)
@@ -741,7 +744,7 @@ LIMIT $9;
 SELECT q.id, q.endpoint_id, e.application_id AS app, q.event_id, q.event_type, q.status,
        q.attempt_count, q.max_attempts, q.created_at, q.next_attempt_at, q.delivered_at,
        q.updated_at, q.last_error, q.last_status_code, q.last_response_ms,
-       q.payload::text AS payload
+       q.payload_erased_at IS NOT NULL AS payload_expired, q.payload::text AS payload
 FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
 WHERE q.id = $1
   AND ($2::text IS NULL OR (e.application_id = $2 AND e.ops_scope IS DISTINCT FROM 'operator'));
@@ -758,7 +761,8 @@ ORDER BY l.measured_at;
 -- Dead letters newest first, as dead_letters_list, continuing after the
 -- cursor ($4, $5: the dead_at and id of the last row of the page before).
 SELECT id, endpoint_id, event_id, event_type, attempt_count, created_at, updated_at AS dead_at,
-       last_error, last_status_code, last_response_ms
+       last_error, last_status_code, last_response_ms,
+       payload_erased_at IS NOT NULL AS payload_expired
 FROM webhook_queue
 WHERE status = 'dead_letter' AND ($1::bigint IS NULL OR endpoint_id = $1)
   AND ($3::text IS NULL
@@ -776,7 +780,7 @@ UPDATE webhook_queue
 SET status = 'pending', attempt_count = 0, next_attempt_at = now(), updated_at = now()
 WHERE id IN (
     SELECT q.id FROM webhook_queue q
-    WHERE q.status = 'dead_letter' AND q.updated_at >= $2
+    WHERE q.status = 'dead_letter' AND q.updated_at >= $2 AND q.payload IS NOT NULL
       AND ($3::timestamptz IS NULL OR q.updated_at < $3)
       AND q.endpoint_id IN (SELECT id FROM endpoints WHERE deleted_at IS NULL
                             AND ($1::text IS NULL
@@ -1189,11 +1193,12 @@ RETURNING id, event_id, event_type, payload, channels, tags, deliver_at, created
 -- name: svix_message_get
 -- A message sent through the Svix API, else an event enqueued another way,
 -- answered from one of its deliveries.
-(SELECT id, event_id, event_type, payload, channels, tags, deliver_at, created_at
+(SELECT id, event_id, event_type, payload, channels, tags, deliver_at, created_at,
+        payload_erased_at IS NOT NULL AS payload_expired
  FROM messages WHERE application_id = $1 AND id = $2)
 UNION ALL
 (SELECT q.event_id AS id, q.event_id, q.event_type, q.payload, NULL::text[], NULL::text[],
-        NULL::timestamptz, q.created_at
+        NULL::timestamptz, q.created_at, q.payload_erased_at IS NOT NULL
  FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
  WHERE q.event_id = $2 AND e.application_id = $1 AND e.kind = 'webhook'
  ORDER BY q.id LIMIT 1)
@@ -1201,7 +1206,8 @@ LIMIT 1;
 
 -- name: svix_message_list
 -- Newest first; $2/$3: the iterator (created_at, id) to continue after.
-SELECT id, event_id, event_type, payload, channels, tags, deliver_at, created_at
+SELECT id, event_id, event_type, payload, channels, tags, deliver_at, created_at,
+       payload_erased_at IS NOT NULL AS payload_expired
 FROM messages
 WHERE application_id = $1
   AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3::text))
@@ -1228,6 +1234,7 @@ ORDER BY l.measured_at DESC, q.id DESC LIMIT $6;
 UPDATE webhook_queue SET status = 'pending', attempt_count = 0, next_attempt_at = now(),
     updated_at = now(), locked_by = NULL, resent_at = now()
 WHERE event_id = $1 AND endpoint_id = $2 AND status IN ('delivered', 'dead_letter')
+  AND payload IS NOT NULL
 RETURNING id;
 
 -- name: svix_mark_resent
@@ -1397,3 +1404,81 @@ SET status = 'dead_letter', last_error = 'held past 366 days: never released',
 WHERE id IN (SELECT id FROM webhook_queue
              WHERE status = 'held' AND created_at < now() - interval '366 days'
              LIMIT $1 FOR UPDATE SKIP LOCKED);
+
+-- name: erase_expired_payloads
+-- Payload retention (schema 022) over the range of ids the retention walk
+-- just read ($1, $2]: final rows enqueued before the cut-off ($3 s) keep
+-- their row and lose their payload.
+UPDATE webhook_queue SET payload = NULL, payload_erased_at = now()
+WHERE id > $1 AND id <= $2 AND payload IS NOT NULL
+  AND status IN ('delivered', 'dead_letter', 'cancelled')
+  AND created_at < now() - make_interval(secs => $3);
+
+-- name: erase_expired_message_payloads
+-- Svix messages kept longer than their payloads: a bounded batch a round.
+UPDATE messages SET payload = NULL, payload_erased_at = now()
+WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM messages
+    WHERE created_at < now() - make_interval(secs => $1) AND payload IS NOT NULL
+    LIMIT $2));
+
+-- name: expunge_event
+-- Erasure of one event's payload (SPEC "History, payloads and retention"):
+-- every delivery of it in application $1 ($3 false: not the operator's
+-- ops deliveries, which are no tenant's), through the (event_id,
+-- endpoint_id) index, and its Svix message (dispatcher_erase_deliveries
+-- says what happens to each row). The events erased: 0 or 1.
+WITH hit AS (
+    SELECT 1 FROM dispatcher_erase_deliveries(ARRAY(
+        SELECT q.id FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
+        WHERE q.event_id = $2 AND q.payload IS NOT NULL AND e.application_id = $1
+          AND ($3 OR e.ops_scope IS DISTINCT FROM 'operator')))
+), msg AS (
+    UPDATE messages SET payload = NULL, payload_erased_at = now()
+    WHERE application_id = $1 AND id = $2 AND payload IS NOT NULL
+    RETURNING 1
+)
+SELECT (EXISTS (SELECT 1 FROM hit) OR EXISTS (SELECT 1 FROM msg))::int AS expunged;
+
+-- name: expunge_batch
+-- Erasure in bulk, one bounded step: the deliveries with ids in ($1, $1 +
+-- $2] of application $3 (NULL: every application, the operator's call,
+-- its ops deliveries included) enqueued before $4 (NULL: any time) whose
+-- payload has every top-level key of $5 (NULL: any payload) with an equal
+-- value. Returns the events erased in the step (application, event id).
+-- A range of ids, not a LIMIT: each step reads one stretch of the primary
+-- key, whatever the filters leave of it.
+SELECT DISTINCT e.application_id AS app, d.event_id
+FROM dispatcher_erase_deliveries(ARRAY(
+    SELECT q.id FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
+    WHERE q.id > $1 AND q.id <= $1 + $2 AND q.payload IS NOT NULL
+      AND ($3::text IS NULL OR (e.application_id = $3 AND e.ops_scope IS DISTINCT FROM 'operator'))
+      AND ($4::timestamptz IS NULL OR q.created_at < $4)
+      AND ($5::jsonb IS NULL OR NOT EXISTS (
+            SELECT 1 FROM jsonb_each($5::jsonb) c
+            WHERE (q.payload::jsonb) -> c.key IS DISTINCT FROM c.value)))) AS d
+JOIN endpoints e ON e.id = d.endpoint_id;
+
+-- name: expunge_messages
+-- The Svix messages the same request selects (bounded by their retention),
+-- and how many are events not counted yet: none of their deliveries lost
+-- its payload since the request began ($4).
+WITH hit AS (
+    UPDATE messages m SET payload = NULL, payload_erased_at = now()
+    WHERE m.payload IS NOT NULL
+      AND ($1::text IS NULL OR m.application_id = $1)
+      AND ($2::timestamptz IS NULL OR m.created_at < $2)
+      AND ($3::jsonb IS NULL OR NOT EXISTS (
+            SELECT 1 FROM jsonb_each($3::jsonb) c
+            WHERE (m.payload::jsonb) -> c.key IS DISTINCT FROM c.value))
+    RETURNING m.application_id, m.id
+)
+SELECT count(*) FROM hit
+WHERE NOT EXISTS (SELECT 1 FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
+                  WHERE q.event_id = hit.id AND e.application_id = hit.application_id
+                    AND q.payload_erased_at >= $4);
+
+-- name: erasure_start
+-- Where a bulk erasure's walk ends (the newest delivery now) and when it
+-- began (what expunge_messages compares with).
+SELECT coalesce((SELECT max(id) FROM webhook_queue), 0) AS newest, clock_timestamp() AS began;

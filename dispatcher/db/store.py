@@ -17,12 +17,12 @@ from dispatcher.core.breaker import Breaker, BreakerState, effective_threshold
 from dispatcher.core.failover import Rewrite
 from dispatcher.core.models import Delivery, Endpoint, Outcome, out_of_range
 from dispatcher.core.opsevents import OpsEvent
+from dispatcher.core.retention import Retention
 from dispatcher.core.secretbox import PREFIX as SEALED
 from dispatcher.core.secretbox import SecretBox, SecretUnreadable, unseal
 from dispatcher.core.tablehealth import HOT_TABLES, TableHealth
 from dispatcher.db import MAINTENANCE_LOCK, Conn, Q, latency, opswebhooks
 from dispatcher.db.columns import settings_from_row, unseal_headers
-from dispatcher.settings import Retention
 
 VACUUM_LOCK = MAINTENANCE_LOCK + 1
 REWRITE_TIMEOUT_S = 60.0
@@ -152,7 +152,9 @@ async def claim(
             id=r[0],
             endpoint_id=r[1],
             event_id=r[2],
-            body=r[3].encode(),
+            # NULL: erased while the row was on the wire (schema 022).
+            body=b"" if r[3] is None else r[3].encode(),
+            erased=r[3] is None,
             attempt_count=r[4],
             max_attempts=r[5],
             event_type=r[6],
@@ -344,6 +346,9 @@ async def maintain(
         await conn.execute(Q["prune_portal"], kept(keep.portal_s))
         await conn.execute(Q["prune_transitions"], kept(keep.transitions_s), batch)
         await conn.execute(Q["prune_messages"], kept(keep.messages_s), batch)
+        payload_s, messages_s = kept(keep.payload_s), kept(keep.messages_s)
+        if payload_s is not None and (messages_s is None or messages_s > payload_s):
+            await conn.execute(Q["erase_expired_message_payloads"], payload_s, batch)
     # The attempt log: up to max_batches short deletes a round, each its own
     # transaction (percentiles read endpoint_minutes, not these).
     if (attempts_s := kept(keep.attempts_s)) is not None:
@@ -351,7 +356,7 @@ async def maintain(
             gone = await conn.execute(Q["prune_latency"], attempts_s, batch)
             if int(gone.split()[-1]) < batch:
                 break
-    if all(s is None for s in keep.finals()):
+    if keep.shortest_final() is None:
         return cursor
     for _ in range(max_batches):
         cursor, _, done = await prune_history_batch(conn, keep, cursor, batch)
@@ -384,14 +389,19 @@ async def prune_history_batch(
 ) -> tuple[int, int, bool]:
     """One retention step of the queue's final rows: (next cursor, rows
     deleted, walk finished)."""
-    delivered, dead, cancelled = finals = retention.finals()
-    shortest = min((s for s in finals if s is not None), default=None)
+    delivered, dead, cancelled = retention.finals()
     row = await conn.fetchrow(
-        Q["prune_history"], delivered, batch, cursor, dead, cancelled, shortest
+        Q["prune_history"], delivered, batch, cursor, dead, cancelled, retention.shortest_final()
     )
     assert row is not None
     if row["last_id"] is None:
         return 0, row["deleted"], True
+    if retention.payloads_outlive_rows():
+        # The same stretch of the primary key: the rows that stay, past
+        # their payload's retention, lose it.
+        await conn.execute(
+            Q["erase_expired_payloads"], cursor, row["last_id"], retention.kept(retention.payload_s)
+        )
     return row["last_id"], row["deleted"], row["reached_young"]
 
 

@@ -89,7 +89,9 @@ async def get_delivery(conn: Conn, delivery_id: int, app: str | None = None) -> 
         raise NotFound(f"no delivery with id {delivery_id}")
     d, payload = found
     doc = as_dict(d)
-    doc["payload"] = orjson.loads(payload)
+    # Erased (expunged, or past DISPATCHER_RETENTION_PAYLOAD_S): null, and
+    # payload_expired says why.
+    doc["payload"] = None if payload is None else orjson.loads(payload)
     doc["attempts"] = [
         {k: v for k, v in as_dict(a).items() if k != "delivery_id"}
         for a in await db.attempts(conn, d)

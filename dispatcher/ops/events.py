@@ -86,8 +86,8 @@ async def release_event(conn: Conn, event_id: str, app: str | None = None) -> di
     application that has the event): `{"event_id", "released": [ids]}`.
     Releasing again changes nothing; an event the application does not
     have: NotFound."""
-    event_id = _event_id(event_id)
-    app = await _event_app(conn, event_id, app)
+    event_id = event_id_required(event_id)
+    app = await event_app(conn, event_id, app)
     return {"event_id": event_id, "released": await catalog.release_event(conn, app, event_id)}
 
 
@@ -95,22 +95,22 @@ async def cancel_event(conn: Conn, event_id: str, app: str | None = None) -> dic
     """Ends an event's deliveries not yet sent (held, pending, awaiting a
     retry): status `cancelled`, never sent. One on the wire finishes.
     `{"event_id", "cancelled": [ids]}`."""
-    event_id = _event_id(event_id)
+    event_id = event_id_required(event_id)
     # Named (an application's caller, or the operator naming one): the
     # operator's ops deliveries are no tenant's and stay (issue 32).
-    of = await _event_app(conn, event_id, app)
+    of = await event_app(conn, event_id, app)
     cancelled = await catalog.cancel_event(conn, of, event_id, operator_ops=app is None)
     return {"event_id": event_id, "cancelled": cancelled}
 
 
-def _event_id(value: Any) -> str:
+def event_id_required(value: Any) -> str:
     event_id = check_event_id(value)
     if event_id is None:
         raise BadInput("event_id is required")
     return event_id
 
 
-async def _event_app(conn: Conn, event_id: str, app: str | None) -> str:
+async def event_app(conn: Conn, event_id: str, app: str | None) -> str:
     """The application whose event this is: `app` (an application's caller,
     or the operator naming one) if it has the event; for the operator
     without one, the one application that has it. NotFound otherwise (the

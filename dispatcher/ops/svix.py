@@ -23,7 +23,7 @@ from typing import Any
 from dispatcher.core.errors import BadInput, Conflict, Forbidden, NotFound
 from dispatcher.db import Conn
 from dispatcher.db import svix as store
-from dispatcher.ops import service, tenancy
+from dispatcher.ops import erasure, service, tenancy
 from dispatcher.ops.eventtypes import validate_payload
 from dispatcher.ops.inputs import (
     check_deliver_at,
@@ -33,6 +33,8 @@ from dispatcher.ops.inputs import (
 )
 
 UID = re.compile(r"[a-zA-Z0-9_.-]{1,256}")
+# Message ids one bulk-expunge call takes (each is one short statement).
+BULK_EXPUNGE_MAX = 1000
 
 
 def check_uid(value: Any, what: str = "uid") -> str | None:
@@ -248,6 +250,8 @@ async def resend(
     its max_events_per_s first; past it Throttled, and nothing resent."""
     msg = await message(conn, app, msg_key)
     endpoint = await endpoint_id(conn, app, endpoint_key)
+    if msg.get("payload_expired"):
+        raise Conflict("the message's payload was expunged or has expired: it cannot be resent")
     if within_quota:
         await service.take_event_quota(conn, app, 1)
     if not await store.resend(conn, msg["id"], endpoint):
@@ -258,6 +262,35 @@ async def store_enqueue_to(conn: Conn, app: str, msg: Mapping[str, Any], endpoin
     async with conn.transaction():
         await service.enqueue(conn, msg["event_type"], msg["payload"], msg["id"], endpoint, app=app)
         await store.mark_resent(conn, msg["id"], endpoint)
+
+
+async def expunge_content(conn: Conn, app: str, msg_key: str) -> None:
+    """Svix's "delete message content": the message's payload and its
+    deliveries' (ops.erasure); an unknown message is NotFound."""
+    msg = await message(conn, app, msg_key)
+    await erasure.expunge_message(conn, app, msg["id"])
+
+
+async def bulk_expunge(conn: Conn, app: str, ids: Any) -> dict[str, str]:
+    """Svix's bulk-expunge: `{id: "expunged" | "not-found"}` per id given."""
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise BadInput("ids must be a list of message ids")
+    if len(ids) > BULK_EXPUNGE_MAX:
+        raise BadInput(f"ids takes at most {BULK_EXPUNGE_MAX} message ids")
+    results: dict[str, str] = {}
+    for key in ids:
+        found = await store.get_message(conn, app, key)
+        if found is None:
+            results[key] = "not-found"
+        else:
+            await erasure.expunge_message(conn, app, found["id"])
+            results[key] = "expunged"
+    return results
+
+
+async def expunge_all(conn: Conn, app: str) -> int:
+    """Every payload of the application: the events erased."""
+    return (await erasure.expunge(conn, app))["expunged"]
 
 
 # ---------------------------------------------------------------- lists (newest or lowest first)

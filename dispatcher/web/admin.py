@@ -27,7 +27,17 @@ from dispatcher.core.errors import BadInput
 from dispatcher.metrics import CONTENT_TYPE, Metrics
 from dispatcher.ops import reports
 from dispatcher.settings import OwnServer, Settings
-from dispatcher.web import browse, idempotency, pages, portal, postbacks, security, svix, v1
+from dispatcher.web import (
+    browse,
+    erasure,
+    idempotency,
+    pages,
+    portal,
+    postbacks,
+    security,
+    svix,
+    v1,
+)
 from dispatcher.web import openapi as oas
 from dispatcher.web.keys import (
     METRICS,
@@ -189,6 +199,7 @@ ROUTES: tuple[Route, ...] = (
           portal.logout,            None),
     *svix.ROUTES,
     *postbacks.ROUTES,
+    *erasure.ROUTES,
 )
 # fmt: on
 RULES = security.AccessRules.of(ROUTES)

@@ -161,11 +161,13 @@ EVENTS_CREATE = {"summary": "Enqueue an event (fan-out to subscribers)",
                                        **REFUSED}}}
 _DELIVERY_FIELDS: dict[str, Any] = {
     "id": INT, "endpoint_id": INT, "app": STR, "event_id": STR, "event_type": STR,
-    "status": {"type": "string", "enum": ["pending", "in_flight", "delivered", "failed", "dead_letter"]},
+    "status": {"type": "string", "enum": ["pending", "in_flight", "delivered", "failed", "dead_letter",
+                                          "held", "cancelled"]},
     "attempt_count": INT, "max_attempts": INT, "created_at": TS, "next_attempt_at": TS,
     "delivered_at": TS, "updated_at": TS, "last_error": {"type": "string", "nullable": True},
     "last_status_code": {"type": "integer", "nullable": True},
     "last_response_ms": {"type": "integer", "nullable": True},
+    "payload_expired": {"type": "boolean"},
 }
 _ATTEMPT = {"type": "object", "properties": {
     "at": TS, "status_code": {"type": "integer", "nullable": True}, "response_ms": INT,
@@ -352,6 +354,31 @@ EVENT_CANCEL = {
     "parameters": _EVENT_PATH, "requestBody": _EVENT_APP,
     "responses": ok({"type": "object", "properties": {
         "event_id": STR, "cancelled": {"type": "array", "items": INT}}})}
+
+# Erasure (web/erasure.py).
+_EXPUNGED = ok({"type": "object", "properties": {"expunged": {**INT, "minimum": 0}},
+                "required": ["expunged"]})
+_CONTAINS = {"type": "object", "minProperties": 1, "maxProperties": 16,
+             "description": "top-level payload fields and the JSON values they must equal"}
+EVENT_EXPUNGE = {
+    "summary": "Erase an event's payload (its deliveries' and its message's) now; what is still "
+               "to be sent is cancelled; the rows stay, with payload_expired",
+    "parameters": _EVENT_PATH, "responses": _EXPUNGED}
+APPLICATION_EXPUNGE = {
+    "summary": "Erase the application's payloads (enqueued before `before`, matching "
+               "`payload_contains`)",
+    "parameters": [{"name": "app", "in": "path", "required": True, "schema": APP}],
+    "requestBody": request_body({"type": "object", "properties": {
+        "before": {"type": "string", "format": "date-time"}, "payload_contains": _CONTAINS},
+        "additionalProperties": False}, False),
+    "responses": _EXPUNGED}
+EXPUNGE = {
+    "summary": "Erase every payload whose top-level fields equal payload_contains (a person's "
+               "data): the admin's in every application (or `app`), an application's in its own",
+    "requestBody": request_body({"type": "object", "properties": {
+        "payload_contains": _CONTAINS, "app": APP, "before": {"type": "string", "format": "date-time"}},
+        "required": ["payload_contains"], "additionalProperties": False}),
+    "responses": _EXPUNGED}
 # fmt: on
 
 

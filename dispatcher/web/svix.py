@@ -55,9 +55,12 @@ from dispatcher.web.svix_event_types import (
 )
 from dispatcher.web.svix_messages import (
     attempts,
+    message_expunge_content,
     message_get,
     message_resend,
+    messages_bulk_expunge,
     messages_create,
+    messages_expunge_all,
     messages_list,
 )
 from dispatcher.web.svix_operational import (
@@ -150,6 +153,12 @@ ROUTES: tuple[Route, ...] = (
     _route("GET",    A + "/msg/{msg_id}", APP, message_get, "get a message by id or eventId"),
     _route("POST",   A + "/msg/{msg_id}/endpoint/{endpoint_id}/resend", APP, message_resend,
            "send a message to an endpoint again", "202", body=True),
+    _route("DELETE", A + "/msg/{msg_id}/content", APP, message_expunge_content,
+           "erase a message's payload (it can no longer be resent)", "204"),
+    _route("POST",   A + "/msg/bulk-expunge", APP, messages_bulk_expunge,
+           "erase the payloads of the messages given by id", body=True),
+    _route("POST",   A + "/msg/expunge-all-contents", APP, messages_expunge_all,
+           "erase every message payload of the application", "202"),
     _route("GET",    A + "/attempt/msg/{msg_id}", APP, attempts("msg"), "a message's attempts"),
     _route("GET",    A + "/attempt/endpoint/{endpoint_id}", APP, attempts("endpoint"),
            "an endpoint's attempts"),

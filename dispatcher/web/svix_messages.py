@@ -39,8 +39,9 @@ PAGE_BYTES = 4 * 1024 * 1024
 
 
 def message_out(row: Mapping[str, Any], with_content: bool = True) -> dict[str, Any]:
-    """`with_content` False (what the SDKs ask unless told): the payload as `{}`, as Svix."""
-    payload = row["payload"] if with_content else "{}"
+    """`with_content` False (what the SDKs ask unless told), or a payload
+    erased (expunged or expired): `{}`, as Svix."""
+    payload = row["payload"] if with_content and row["payload"] is not None else "{}"
     return {
         "id": row["id"],
         "eventId": row.get("event_id"),
@@ -111,7 +112,7 @@ async def messages_list(request: web.Request) -> web.Response:
             )  # fmt: skip
             for row in rows:
                 # Characters, not bytes: close enough for a bound, and no copy.
-                cost = len(row["payload"]) if with_content else 0
+                cost = len(row["payload"] or "") if with_content else 0
                 full = len(page) == limit or (bool(page) and size + cost > PAGE_BYTES)
                 if full:
                     break
@@ -175,3 +176,31 @@ async def message_resend(request: web.Request) -> web.Response:
             within_quota=own(request),
         )  # fmt: skip
     return _json({}, 202)  # the Python SDK parses a body here
+
+
+async def message_expunge_content(request: web.Request) -> web.Response:
+    async with acquire(request) as conn:
+        app = await application(request, conn)
+        await ops.expunge_content(conn, app["id"], request.match_info["msg_id"])
+    return web.Response(status=204)
+
+
+async def messages_bulk_expunge(request: web.Request) -> web.Response:
+    body = await read_body(request)
+    async with acquire(request) as conn:
+        app = await application(request, conn)
+        results = await ops.bulk_expunge(conn, app["id"], body.get("ids") or [])
+    return _json({"results": results})
+
+
+async def messages_expunge_all(request: web.Request) -> web.Response:
+    """Svix runs it as a background task; here it is done when this answers,
+    so the task comes back finished, with what it erased."""
+    async with acquire(request) as conn:
+        app = await application(request, conn)
+        n = await ops.expunge_all(conn, app["id"])
+        now = await conn.fetchval("SELECT now()")
+    task = {"id": f"qtask_purge_{app['id']}_{int(now.timestamp())}", "status": "finished",
+            "task": "application.purge_content", "updatedAt": now,
+            "data": {"messagesPurged": n}}  # fmt: skip
+    return _json(task, 202)

@@ -30,6 +30,8 @@ async def deliver(
     `draw`: the retry delay's jitter."""
     if gate.wire is None:
         return Outcome.unsendable(d, f"endpoint unusable: {gate.broken}"), None
+    if d.erased:
+        return Outcome.unsendable(d, "payload expunged"), None
     # A payload the endpoint's shape cannot use (a missing macro) is at
     # fault, not the endpoint: dead at once, unsent, unseen by the breaker.
     doc, unusable = gate.wire.prepare(d.body)

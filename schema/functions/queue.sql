@@ -241,3 +241,23 @@ LANGUAGE sql AS $$
     )
     SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM changed;
 $$;
+
+-- Erasure (schema 022, ops/erasure.py): the payloads of these deliveries
+-- go, the rows stay. What is still to be sent is cancelled; a row on the
+-- wire keeps its status and its holder (the worker dead-letters it unsent
+-- if it must retry). Returns the rows that had a payload left.
+CREATE OR REPLACE FUNCTION dispatcher_erase_deliveries(p_ids bigint[])
+RETURNS TABLE (id bigint, endpoint_id bigint, event_id text)
+LANGUAGE sql AS $$
+    UPDATE webhook_queue q
+    SET payload = NULL, payload_erased_at = now(),
+        status = CASE WHEN q.status IN ('held', 'pending', 'failed') THEN 'cancelled'
+                      ELSE q.status END,
+        last_error = CASE WHEN q.status IN ('held', 'pending', 'failed') THEN 'payload expunged'
+                          ELSE q.last_error END,
+        locked_by = CASE WHEN q.status = 'in_flight' THEN q.locked_by END,
+        updated_at = CASE WHEN q.status IN ('held', 'pending', 'failed') THEN now()
+                          ELSE q.updated_at END
+    WHERE q.id = ANY (p_ids) AND q.payload IS NOT NULL
+    RETURNING q.id, q.endpoint_id, q.event_id;
+$$;

@@ -65,7 +65,7 @@ async def test_endpoint_update_refuses_like_add(db_url: str) -> None:
         (["--max-attempts", "0"], "max_attempts"),
         (["--url", "http://10.0.0.1/x"], "DISPATCHER_ALLOW_PRIVATE_TARGETS"),
         (["--secret", "whsec_vRMDgrSfGTWdzBmkAP7obL+ous6MyFff"], "rotate-secret"),
-        (["--app", "other"], "unrecognized"),
+        (["--app", "other"], "unknown option --app"),
     ):
         env = cli_env(db_url)
         env.pop("DISPATCHER_ALLOW_PRIVATE_TARGETS")

@@ -54,6 +54,10 @@ async def test_readme_walk_runs_as_written(tmp_path: Path) -> None:
     scratch = tmp_path / "tmp"  # the walk's mktemp, kept inside this test's folder
     scratch.mkdir()
     env["TMPDIR"] = str(scratch)
+    # Its own runtime folder: a tool that found none would make one in TMPDIR
+    # (runtime-$UID, seen once in CI), which the walk's check below counts.
+    (tmp_path / "run").mkdir(mode=0o700)
+    env["XDG_RUNTIME_DIR"] = str(tmp_path / "run")
     proc = await asyncio.create_subprocess_exec(
         "bash", "-c", script, cwd=work, env=env, start_new_session=True,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

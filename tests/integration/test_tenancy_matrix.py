@@ -76,6 +76,10 @@ MATRIX: dict[str, tuple[int | None, ...]] = {
     "POST /v1/endpoints/{ep}/send-test":          (200, 404,  403,  200,  401, 401, 403,  200),
     "POST /v1/events/{event}/release":            (200, 404,  403,  200,  401, 401, 403,  200),
     "POST /v1/events/{event}/cancel":             (200, 404,  403,  200,  401, 401, 403,  200),
+    "DELETE /v1/events/{event}/content":          (200, 404,  403,  200,  401, 401, 403,  200),
+    # The application is in the path: another's is refused whatever it is.
+    "POST /v1/applications/{app}/expunge":        (200, 403,  403,  200,  401, 401, 403,  200),
+    "POST /v1/expunge":                           (200, 200,  403,  200,  401, 401, 403,  200),
     "GET /v1/endpoints/health":                   (200, 200,  403,  200,  401, 401, 200,  200),
     "POST /v1/events":                            (202, 404,  403,  202,  401, 401, 403,  202),
     "GET /v1/deliveries?event_id={event}":        (200, 200,  403,  200,  401, 401, 200,  200),
@@ -144,6 +148,10 @@ MATRIX: dict[str, tuple[int | None, ...]] = {
     "POST /api/v1/app/{app}/msg/{event}/endpoint/{ep}/resend":
                                                   (202, 404,  403,  202,  401, 401, 403,  202),
     "GET /api/v1/app/{app}/attempt/msg/{event}":  (200, 404,  403,  200,  401, 401, 200,  200),
+    "DELETE /api/v1/app/{app}/msg/{event}/content": (204, 404, 403, 204,  401, 401, 403,  204),
+    "POST /api/v1/app/{app}/msg/bulk-expunge":    (200, 404,  403,  200,  401, 401, 403,  200),
+    "POST /api/v1/app/{app}/msg/expunge-all-contents":
+                                                  (202, 404,  403,  202,  401, 401, 403,  202),
     "GET /api/v1/app/{app}/attempt/endpoint/{ep}": (200, 404, 403,  200,  401, 401, 200,  200),
     "POST /api/v1/auth/app-portal-access/{app}":  (200, 404,  403,  200,  401, 401, 403,  None),
     "GET /api/v1/event-type":                     (200, 200,  403,  200,  401, 401, 200,  200),
@@ -207,6 +215,9 @@ BODIES: dict[str, Any] = {
     "POST /v1/endpoints/{ep}/send-test": {},
     "POST /v1/events/{event}/release": {},
     "POST /v1/events/{event}/cancel": {},
+    "POST /v1/expunge": {"payload_contains": {"matrix": "nobody"}},
+    "POST /v1/applications/{app}/expunge": {"before": "2000-01-01T00:00:00Z"},
+    "POST /api/v1/app/{app}/msg/bulk-expunge": {"ids": ["{event}"]},
     "POST /v1/events": {"event_type": "order.created", "payload": {"n": 1}, "endpoint_id": "{ep}"},
     "POST /v1/dead-letters/replay": {"ids": ["{dead}"]},
     "POST /v1/event-types": {"name": "{fresh}", "description": "new"},
@@ -250,7 +261,7 @@ def test_the_matrix_is_complete() -> None:
     for key, row in MATRIX.items():
         method = key.split()[0]
         if method in ("POST", "PATCH") and key not in BODIES:
-            assert key.endswith(("/disable", "/enable", "/logout")), key
+            assert key.endswith(("/disable", "/enable", "/logout", "/expunge-all-contents")), key
         for column, expected in zip(COLUMNS, row, strict=True):
             assert (expected is None) == ((key, column) in UNMEANING), (key, column)
 
