@@ -1,8 +1,8 @@
 """Whether a hot table needs a VACUUM from us: a pure decision.
 
 Every delivery leaves two or three dead row versions in webhook_queue (the
-claim and the outcome are updates) and retention deletes the rest; latency
-samples are pruned by delete too. Autovacuum cleans that up where it runs,
+claim and the outcome are updates) and retention deletes the rest; the
+attempt log's default partition is pruned by delete too. Autovacuum cleans that up where it runs,
 but it may be off for the server (as on the machines the soak ran on) or
 for the table, and a queue must not depend on a setting it cannot see: with
 it off, webhook_queue grew 14 -> 166 MB with a million dead rows in six
@@ -17,7 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The tables maintenance looks after: the only names VACUUM is ever run on.
-HOT_TABLES = ("webhook_queue", "endpoint_latency")
+# The attempt log's days are insert-only and dropped whole (schema 023):
+# only its default partition is pruned by delete.
+HOT_TABLES = ("webhook_queue", "endpoint_latency_default")
 
 # Vacuum when dead rows pass BASE + SCALE x live rows (autovacuum's shape;
 # schema 005 sets the same order of thresholds for autovacuum).

@@ -417,6 +417,12 @@ def _changed(files: list[tuple[str, str]], stored: dict[str, str]) -> bool:
     return any(stored.get(name) != _checksum(sql) for name, sql in files)
 
 
+# Days of the attempt log made ahead of today (schema 023): a worker that
+# was down for a day or two still finds its day's partition (else the
+# default partition takes the rows, and the day takes them along later).
+ATTEMPT_DAYS_AHEAD = 3
+
+
 async def migrate(conn: Conn) -> list[str]:
     """Applies the pending numbered migrations, each once and in its own
     transaction; then, when one was applied or a repeatable file's text
@@ -466,6 +472,9 @@ async def migrate(conn: Conn) -> list[str]:
         if applied_now or _changed(files, await _stored_checksums(conn)):
             await _apply_repeatables(conn, files)
             applied_now += [REPEATABLE_PREFIX + name for name, _ in files]
+        # The attempt log's days (schema 023), so a fresh database's first
+        # attempts land in their day; maintenance keeps them coming.
+        await conn.execute("SELECT dispatcher_attempt_partitions($1, NULL)", ATTEMPT_DAYS_AHEAD)
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
     return applied_now

@@ -498,12 +498,19 @@ DELETE FROM endpoint_hours
 WHERE hour < now() - make_interval(secs => $1::float8 + 3600);
 
 -- name: prune_latency
--- The attempt log past its retention, a bounded batch (BRIN on measured_at).
-DELETE FROM endpoint_latency
+-- The attempt log's default partition past its retention, a bounded batch
+-- (schema 023: the days go whole, dispatcher_attempt_partitions). A ctid
+-- names a row within one partition only, hence the partition by name.
+DELETE FROM endpoint_latency_default
 WHERE ctid = ANY (ARRAY(
-    SELECT ctid FROM endpoint_latency
+    SELECT ctid FROM endpoint_latency_default
     WHERE measured_at < now() - make_interval(secs => $1)
     LIMIT $2));
+
+-- name: attempt_partitions
+-- Today's and the next days' partitions of the attempt log made, the days
+-- past its retention ($2 s; NULL keeps them) dropped.
+SELECT created, dropped FROM dispatcher_attempt_partitions($1, $2);
 
 -- name: prune_messages
 -- Svix-API messages past retention, but never one a delivery is still to

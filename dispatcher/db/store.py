@@ -21,7 +21,7 @@ from dispatcher.core.retention import Retention
 from dispatcher.core.secretbox import PREFIX as SEALED
 from dispatcher.core.secretbox import SecretBox, SecretUnreadable, unseal
 from dispatcher.core.tablehealth import HOT_TABLES, TableHealth
-from dispatcher.db import MAINTENANCE_LOCK, Conn, Q, latency, opswebhooks
+from dispatcher.db import ATTEMPT_DAYS_AHEAD, MAINTENANCE_LOCK, Conn, Q, latency, opswebhooks
 from dispatcher.db.columns import settings_from_row, unseal_headers
 
 VACUUM_LOCK = MAINTENANCE_LOCK + 1
@@ -349,9 +349,12 @@ async def maintain(
         payload_s, messages_s = kept(keep.payload_s), kept(keep.messages_s)
         if payload_s is not None and (messages_s is None or messages_s > payload_s):
             await conn.execute(Q["erase_expired_message_payloads"], payload_s, batch)
-    # The attempt log: up to max_batches short deletes a round, each its own
-    # transaction (percentiles read endpoint_minutes, not these).
-    if (attempts_s := kept(keep.attempts_s)) is not None:
+    # The attempt log (schema 023): whole days made ahead and dropped past
+    # the retention, each DDL its own short transaction; then up to
+    # max_batches short deletes a round of what the default partition holds.
+    attempts_s = kept(keep.attempts_s)
+    await conn.execute(Q["attempt_partitions"], ATTEMPT_DAYS_AHEAD, attempts_s)
+    if attempts_s is not None:
         for _ in range(max_batches):
             gone = await conn.execute(Q["prune_latency"], attempts_s, batch)
             if int(gone.split()[-1]) < batch:

@@ -80,3 +80,66 @@ END $$;
 CREATE OR REPLACE TRIGGER endpoint_latency_minutes AFTER INSERT ON endpoint_latency
     REFERENCING NEW TABLE AS new_attempts
     FOR EACH STATEMENT EXECUTE FUNCTION dispatcher_count_attempts();
+
+-- The attempt log's days (schema 023): makes the partitions of today and
+-- the p_ahead days after it that are missing, and drops every partition
+-- whose whole range is older than p_keep_s (NULL: keeps them all). A day
+-- whose rows went to the default partition meanwhile takes them along.
+-- DDL waits at most a second for its lock and is otherwise left to the
+-- next round, so a long reader never makes the outcome writes queue
+-- behind it. Returns the partitions made and dropped.
+CREATE OR REPLACE FUNCTION dispatcher_attempt_partitions(
+    p_ahead integer, p_keep_s float8
+) RETURNS TABLE (created integer, dropped integer)
+LANGUAGE plpgsql AS $$
+DECLARE
+    today timestamptz := date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC';
+    lo timestamptz;
+    hi timestamptz;
+    part text;
+    r record;
+BEGIN
+    created := 0;
+    dropped := 0;
+    PERFORM set_config('lock_timeout', '1000', true);
+    FOR i IN 0 .. p_ahead LOOP
+        lo := today + make_interval(days => i);
+        hi := lo + interval '1 day';
+        part := 'endpoint_latency_p' || to_char(lo AT TIME ZONE 'UTC', 'YYYYMMDD');
+        CONTINUE WHEN to_regclass(part) IS NOT NULL;
+        BEGIN
+            EXECUTE format('CREATE TABLE %I (LIKE endpoint_latency INCLUDING DEFAULTS)', part);
+            EXECUTE format('WITH moved AS (DELETE FROM endpoint_latency_default'
+                           ' WHERE measured_at >= $1 AND measured_at < $2 RETURNING *)'
+                           ' INSERT INTO %I SELECT * FROM moved', part) USING lo, hi;
+            EXECUTE format('ALTER TABLE endpoint_latency ATTACH PARTITION %I'
+                           ' FOR VALUES FROM (%L) TO (%L)', part, lo, hi);
+            created := created + 1;
+        EXCEPTION
+            -- The day is inside the legacy partition's range (the upgrade's
+            -- day), or a lock was not had in time: nothing made this round.
+            -- (Or another worker made it first.)
+            WHEN invalid_object_definition OR lock_not_available OR duplicate_table THEN NULL;
+        END;
+    END LOOP;
+    IF p_keep_s IS NULL THEN
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    FOR r IN
+        SELECT c.relname,
+               substring(pg_get_expr(c.relpartbound, c.oid) FROM $re$TO \('([^']+)'\)$re$)
+                   ::timestamptz AS upper_bound
+        FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+        WHERE i.inhparent = 'endpoint_latency'::regclass
+    LOOP
+        CONTINUE WHEN r.upper_bound IS NULL  -- the default partition
+                   OR r.upper_bound > now() - make_interval(secs => p_keep_s);
+        BEGIN
+            EXECUTE format('DROP TABLE %I', r.relname);
+            dropped := dropped + 1;
+        EXCEPTION WHEN lock_not_available OR undefined_table THEN NULL;
+        END;
+    END LOOP;
+    RETURN NEXT;
+END $$;

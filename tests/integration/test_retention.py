@@ -33,11 +33,14 @@ async def _queue_rows(conn: asyncpg.Connection) -> None:
         "   - (CASE WHEN event_id LIKE '%-old' THEN $1 ELSE $2 END)::interval END",
         OLD, NEW,
     )  # fmt: skip
+    # The attempt log goes by whole days (schema 023,
+    # test_attempt_partitions): its old sample is older than the days made,
+    # in the default partition, which is pruned row by row.
     await conn.execute(
         "INSERT INTO endpoint_latency (endpoint_id, response_ms, status_code, measured_at)"
-        " VALUES ($1, 5, 200, now() - $2::text::interval),"
-        " ($1, 5, 200, now() - $3::text::interval)",
-        ep, OLD, NEW,
+        " VALUES ($1, 5, 200, now() - interval '3 days'),"
+        " ($1, 5, 200, now() - $2::text::interval)",
+        ep, NEW,
     )  # fmt: skip
     await conn.execute(
         "INSERT INTO breaker_transitions (endpoint_id, from_state, to_state, at)"
