@@ -118,8 +118,10 @@ BEGIN
         EXCEPTION
             -- The day is inside the legacy partition's range (the upgrade's
             -- day), or a lock was not had in time: nothing made this round.
-            -- (Or another worker made it first.)
-            WHEN invalid_object_definition OR lock_not_available OR duplicate_table THEN NULL;
+            -- (Or another session made it first: a `migrate` beside the
+            -- maintaining worker; at the same instant, a catalog key clash.)
+            WHEN invalid_object_definition OR lock_not_available OR duplicate_table
+                 OR unique_violation THEN NULL;
         END;
     END LOOP;
     IF p_keep_s IS NULL THEN
