@@ -19,6 +19,8 @@ async def enqueue(
     endpoint_id: int | None = None,
     app: str | None = None,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    traceparent: str | None = None,
+    tracestate: str | None = None,
 ) -> list[int]:
     """Queue one event on the caller's connection; commits with the caller.
 
@@ -32,6 +34,11 @@ async def enqueue(
     A type in the event-type catalogue checks the payload against its
     schema: a mismatch, or an archived type, raises Unprocessable (naming
     the failing path) and queues nothing.
+
+    `traceparent` (and `tracestate`): the W3C trace context of the caller's
+    span (OpenTelemetry's `propagate.inject` writes them); each attempt's
+    request carries a traceparent of that trace with a span of its own. An
+    invalid one is ignored.
     """
     result = await service.enqueue(
         conn,
@@ -41,6 +48,8 @@ async def enqueue(
         endpoint_id,
         max_payload_bytes=max_payload_bytes,
         app=app,
+        traceparent=traceparent,
+        tracestate=tracestate,
     )
     ids: list[int] = result["deliveries"]
     return ids

@@ -193,10 +193,37 @@ def delivery_show_view(d: dict[str, Any]) -> None:
     ]  # fmt: skip
     if rows:
         print_table(rows, ["#", "at", "result", "response", "note"], cap={"result": 60})
+        _details(d["attempts"])
     else:
         print("(none yet)")
     print("\npayload")
-    print(orjson.dumps(d["payload"], option=orjson.OPT_INDENT_2).decode())
+    if d.get("payload_expired"):
+        print("(erased: expunged, or past DISPATCHER_RETENTION_PAYLOAD_S)")
+    else:
+        print(orjson.dumps(d["payload"], option=orjson.OPT_INDENT_2).decode())
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _details(attempts: list[dict[str, Any]]) -> None:
+    """What each attempt recorded (schema 024): timings, who answered, the
+    answer's headers and first bytes, a postback's URL as fired."""
+    print("\nattempt details (ms: dns / connect / tls / first byte / total)")
+    for i, a in enumerate(attempts):
+        t = a.get("timings_ms") or {}
+        line = " / ".join(_ms(t.get(k)) for k in ("dns", "connect", "tls", "ttfb", "total"))
+        if a.get("remote_addr"):
+            line += f"   from {a['remote_addr']}"
+        print(f"{i + 1:<3}{line}")
+        if a.get("request_url"):
+            print(f"   url       {a['request_url']}")
+        if a.get("response_headers"):
+            shown = "; ".join(f"{k}: {v}" for k, v in a["response_headers"].items())
+            print(f"   headers   {shown[:300]}")
+        if a.get("response_excerpt"):
+            print(f"   response  {a['response_excerpt'][:300]!r}")
 
 
 async def cmd_delivery_show(args: argparse.Namespace, settings: Settings) -> int:

@@ -114,6 +114,8 @@ class Delivery:
     started: bool = False  # on the wire: a shutdown gives it the grace period
     seq: int = -1  # its place in the endpoint's send order, once sent
     erased: bool = False  # its payload was expunged: never to be sent
+    traceparent: str | None = None  # the producer's W3C trace context (schema 024)
+    tracestate: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -128,6 +130,7 @@ class AttemptResult:
     gone: bool = False  # 410: the receiver asks us to stop
     overloaded: bool = False  # 429 or 503: the receiver says it has too much
     timed_out: bool = False  # no status line within the timeout
+    detail: bytes | None = None  # core.attemptdetail's record of what was seen
 
 
 @dataclass(slots=True)
@@ -176,6 +179,7 @@ class Outcome(NamedTuple):
     # The row's attempt count when it was claimed (-1: unknown): after a
     # failover, tells this outcome from a newer attempt (core.failover).
     attempt: int = -1
+    detail: bytes | None = None  # the attempt's record (core.attemptdetail)
 
     @classmethod
     def unsendable(cls, d: Delivery, error: str) -> Outcome:
@@ -196,7 +200,7 @@ class Outcome(NamedTuple):
         pauses it)."""
         return cls(d.id, d.endpoint_id, status, delay_s, True, r.status_code, r.response_ms,
                    r.error, r.gone, r.retry_after_s if r.overloaded else None,
-                   d.attempt_count)  # fmt: skip
+                   d.attempt_count, r.detail)  # fmt: skip
 
 
 # The range of every numeric setting (SPEC "Limits"): checked where values

@@ -109,6 +109,7 @@ class Attempt:
     status_code: int | None
     response_ms: int
     error: str | None
+    detail: str | None = None  # core.attemptdetail's record (JSON), schema 024
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

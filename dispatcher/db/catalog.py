@@ -257,18 +257,24 @@ async def enqueue(
     deliver_at: datetime | None = None,
     delay_s: float | None = None,
     hold: bool = False,
+    traceparent: str | None = None,
+    tracestate: str | None = None,
 ) -> list[int]:
     """One event; `app` None: the default application's (or, to an endpoint
     given by id, that endpoint's). `hold`: its rows wait, `held`, until
-    released; `deliver_at` or `delay_s`: not sent before then."""
+    released; `deliver_at` or `delay_s`: not sent before then. `traceparent`
+    (and `tracestate`): the producer's trace, which every attempt joins."""
     if endpoint_id is not None:
         await check_owner(conn, endpoint_id, app)
     args = (event_type, payload, event_id, endpoint_id, app)
+    trace = (traceparent, tracestate)
     try:
         if hold or deliver_at is not None or delay_s is not None:
-            ids = await conn.fetchval(Q["enqueue_scheduled"], *args, deliver_at, delay_s, hold)
+            ids = await conn.fetchval(
+                Q["enqueue_scheduled"], *args, deliver_at, delay_s, hold, *trace
+            )
         else:
-            ids = await conn.fetchval(Q["enqueue_one"], *args)
+            ids = await conn.fetchval(Q["enqueue_one"], *args, *trace)
     except (asyncpg.InvalidTextRepresentationError, asyncpg.InvalidParameterValueError) as exc:
         raise BadInput(f"cannot enqueue: {one_line(exc)}") from None
     return list(ids)

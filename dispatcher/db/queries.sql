@@ -37,7 +37,7 @@ SET status = 'in_flight',
 FROM picked
 WHERE w.id = picked.id
 RETURNING w.id, w.endpoint_id, w.event_id, w.payload::text AS payload,
-          w.attempt_count, w.max_attempts, w.event_type;
+          w.attempt_count, w.max_attempts, w.event_type, w.traceparent, w.tracestate;
 
 -- name: record_outcomes
 -- Every outcome of a flush in one statement: the queue rows, and a latency
@@ -49,8 +49,9 @@ RETURNING w.id, w.endpoint_id, w.event_id, w.payload::text AS payload,
 -- ($10, the attempt count at the claim) and no one holds it.
 WITH o AS (
     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::bool[],
-                         $6::int[], $7::int[], $8::text[], $10::int[])
-        AS o(id, endpoint_id, status, delay_s, spent, status_code, response_ms, error, attempt)
+                         $6::int[], $7::int[], $8::text[], $10::int[], $11::jsonb[])
+        AS o(id, endpoint_id, status, delay_s, spent, status_code, response_ms, error, attempt,
+             detail)
 ), upd AS (
     UPDATE webhook_queue w
     SET status = CASE WHEN o.status = 'pending' AND w.attempt_count > 0 THEN 'failed'
@@ -74,8 +75,10 @@ WITH o AS (
                    THEN extract(epoch FROM now() - w.created_at)::float8 END AS lag_s,
               o.endpoint_id, o.status, o.status_code, o.response_ms
 ), lat AS (
-    INSERT INTO endpoint_latency (endpoint_id, response_ms, status_code, delivery_id, error)
-    SELECT o.endpoint_id, o.response_ms, o.status_code, o.id, o.error FROM o WHERE o.spent
+    INSERT INTO endpoint_latency (endpoint_id, response_ms, status_code, delivery_id, error,
+                                  detail)
+    SELECT o.endpoint_id, o.response_ms, o.status_code, o.id, o.error, o.detail
+    FROM o WHERE o.spent
 ), minutes AS (
     -- Final outcomes into their minutes (the attempts are counted by the
     -- attempt log's trigger, schema/functions/latency.sql).
@@ -334,8 +337,12 @@ WITH ins AS (
 SELECT count(*) FROM ins;
 
 -- name: enqueue_one
-SELECT CASE WHEN $5::text IS NULL THEN dispatcher_enqueue($1, $2::json, $3, $4)
-            ELSE dispatcher_enqueue_app($5, $1, $2::json, $3, $4) END;
+-- $6, $7: the producer's trace context (schema 024), or NULL.
+SELECT CASE WHEN $5::text IS NULL
+            THEN dispatcher_enqueue($1, $2::json, $3, $4, traceparent => $6::text,
+                                    tracestate => $7::text)
+            ELSE dispatcher_enqueue_app($5, $1, $2::json, $3, $4, traceparent => $6::text,
+                                        tracestate => $7::text) END;
 
 -- name: enqueue_scheduled
 -- enqueue_one held or for later: the application is the caller's, or the
@@ -345,7 +352,7 @@ SELECT dispatcher_enqueue_app(
                         WHERE id = $4 AND deleted_at IS NULL), 'default'),
     $1, $2::json, $3, $4,
     deliver_at => coalesce($6::timestamptz, now() + make_interval(secs => $7::float8)),
-    hold => $8);
+    hold => $8, traceparent => $9::text, tracestate => $10::text);
 
 -- name: event_applications
 -- By the (event_id, endpoint_id) unique index. $2 (a caller scoped to an
@@ -362,7 +369,8 @@ SELECT dispatcher_cancel_event($1, $2, $3);
 
 -- name: enqueue_message
 SELECT dispatcher_enqueue_app($1, $2, $3::json, $4, channels => $5::text[],
-                              deliver_at => $6::timestamptz);
+                              deliver_at => $6::timestamptz, traceparent => $7::text,
+                              tracestate => $8::text);
 
 -- name: health_summary
 WITH last_hour AS MATERIALIZED (
@@ -711,7 +719,8 @@ ORDER BY updated_at DESC, id DESC
 LIMIT $2;
 
 -- name: attempts_for_event
-SELECT l.delivery_id, l.measured_at AS at, l.status_code, l.response_ms, l.error
+SELECT l.delivery_id, l.measured_at AS at, l.status_code, l.response_ms, l.error,
+       l.detail::text AS detail
 FROM webhook_queue w
 JOIN endpoint_latency l ON l.delivery_id = w.id
 WHERE w.event_id = $1
@@ -759,7 +768,8 @@ WHERE q.id = $1
 -- name: attempts_for_delivery
 -- Through the (endpoint_id, measured_at) index from the row's creation on:
 -- the delivery_id BRIN alone would read every block range it overlaps.
-SELECT l.delivery_id, l.measured_at AS at, l.status_code, l.response_ms, l.error
+SELECT l.delivery_id, l.measured_at AS at, l.status_code, l.response_ms, l.error,
+       l.detail::text AS detail
 FROM endpoint_latency l
 WHERE l.endpoint_id = $2 AND l.delivery_id = $1 AND l.measured_at >= $3
 ORDER BY l.measured_at;
@@ -1225,7 +1235,8 @@ ORDER BY created_at DESC, id DESC LIMIT $4;
 -- name: svix_attempts
 -- Newest first; by message ($2) or by endpoint ($3); $4/$5: the iterator.
 SELECT q.id AS delivery_id, q.event_id, q.endpoint_id, e.url, l.measured_at,
-       l.status_code, l.response_ms, l.error, q.resent_at
+       l.status_code, l.response_ms, l.error, q.resent_at,
+       l.detail->>'response_excerpt' AS excerpt
 FROM webhook_queue q
 JOIN endpoints e ON e.id = q.endpoint_id
 JOIN endpoint_latency l ON l.delivery_id = q.id AND l.endpoint_id = q.endpoint_id

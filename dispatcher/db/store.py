@@ -158,6 +158,8 @@ async def claim(
             attempt_count=r[4],
             max_attempts=r[5],
             event_type=r[6],
+            traceparent=r[7],
+            tracestate=r[8],
         )
         for r in rows
     ]
@@ -180,8 +182,10 @@ def _outcome_columns(outcomes: Sequence[Outcome]) -> list[list[object]]:
 async def record_outcomes(conn: Conn, outcomes: Sequence[Outcome], worker: str) -> list[float]:
     """Persists outcomes; returns the end-to-end lag (s) of each row delivered."""
     lags: list[float] = await conn.fetchval(
-        Q["record_outcomes"], *_outcome_columns(outcomes), worker, [o.attempt for o in outcomes]
-    )
+        Q["record_outcomes"], *_outcome_columns(outcomes), worker, [o.attempt for o in outcomes],
+        # The records as JSON text (jsonb's binary form would be built here).
+        [None if o.detail is None else o.detail.decode() for o in outcomes],
+    )  # fmt: skip
     return lags
 
 

@@ -137,10 +137,13 @@ async def enqueue_message(
     msg_id: str,
     channels: list[str] | None,
     deliver_at: datetime | None,
+    traceparent: str | None = None,
+    tracestate: str | None = None,
 ) -> list[int]:
     ids = await conn.fetchval(
-        Q["enqueue_message"], app, event_type, payload, msg_id, channels, deliver_at
-    )
+        Q["enqueue_message"], app, event_type, payload, msg_id, channels, deliver_at,
+        traceparent, tracestate,
+    )  # fmt: skip
     return list(ids)
 
 

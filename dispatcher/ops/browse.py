@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from dispatcher.core.attemptdetail import attempt_doc
 from dispatcher.core.errors import BadInput, NotFound
 from dispatcher.core.rows import as_dict
 from dispatcher.db import Conn, catalog
@@ -92,10 +93,7 @@ async def get_delivery(conn: Conn, delivery_id: int, app: str | None = None) -> 
     # Erased (expunged, or past DISPATCHER_RETENTION_PAYLOAD_S): null, and
     # payload_expired says why.
     doc["payload"] = None if payload is None else orjson.loads(payload)
-    doc["attempts"] = [
-        {k: v for k, v in as_dict(a).items() if k != "delivery_id"}
-        for a in await db.attempts(conn, d)
-    ]
+    doc["attempts"] = [attempt_doc(as_dict(a)) for a in await db.attempts(conn, d)]
     return doc
 
 

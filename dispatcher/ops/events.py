@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from dispatcher.core.attemptdetail import valid_traceparent, valid_tracestate
 from dispatcher.core.errors import BadInput, NotFound, Throttled
 from dispatcher.db import Conn, applications, catalog
 from dispatcher.ops.eventtypes import validate_events, validate_payload
@@ -49,13 +50,16 @@ async def enqueue(
     deliver_at: str | datetime | None = None,
     delay_s: float | None = None,
     hold: bool = False,
+    traceparent: str | None = None,
+    tracestate: str | None = None,
 ) -> dict[str, Any]:
     """Queues one event of `app` (None: the default application, or the
     given endpoint's): a delivery per subscribed endpoint of that application
     (or only to `endpoint_id`). JSON text or bytes are kept byte for byte.
     The same event id again in the same application creates nothing new and
     answers the existing deliveries. `hold`: sent only once released;
-    `deliver_at` (a time) or `delay_s`: not before then."""
+    `deliver_at` (a time) or `delay_s`: not before then. `traceparent`: a
+    W3C trace context each attempt joins (an invalid one is ignored)."""
     event_type = check_event_type(event_type)
     event_id = event_id_of(event_id)
     endpoint_id = check_id(endpoint_id)
@@ -63,7 +67,10 @@ async def enqueue(
     app = _app(app)
     await validate_payload(conn, app, event_type, text, endpoint_id=endpoint_id)
     when = _schedule(deliver_at, delay_s, hold)
-    ids = await catalog.enqueue(conn, event_type, text, event_id, endpoint_id, app, **when)
+    parent = valid_traceparent(traceparent)
+    state = valid_tracestate(tracestate) if parent is not None else None
+    ids = await catalog.enqueue(conn, event_type, text, event_id, endpoint_id, app, **when,
+                                traceparent=parent, tracestate=state)  # fmt: skip
     return {"event_id": event_id, "deliveries": ids}
 
 
@@ -133,11 +140,13 @@ async def enqueue_event(
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     app: str | None = None,
     within_quota: bool = False,
+    trace: tuple[str | None, str | None] = (None, None),
 ) -> dict[str, Any]:
     """`enqueue` for one event given as a JSON document (an API body);
     `app` is the application the document's own "app" resolved to.
     `within_quota` (the HTTP API): Throttled, with nothing queued, past the
-    application's max_events_per_s."""
+    application's max_events_per_s. `trace`: the request's traceparent and
+    tracestate headers."""
     # Scheduling belongs to one event, not to a JSONL line: taken out here.
     when = _schedule(doc.get("deliver_at"), doc.get("delay_s"), doc.get("hold", False))
     doc = {k: v for k, v in doc.items() if k not in ("deliver_at", "delay_s", "hold")}
@@ -146,7 +155,10 @@ async def enqueue_event(
     if within_quota:
         await take_event_quota(conn, app, 1, endpoint)
     await validate_payload(conn, app, event_type, payload, endpoint_id=endpoint)
-    ids = await catalog.enqueue(conn, event_type, payload, event_id, endpoint, app, **when)
+    parent = valid_traceparent(trace[0])
+    state = valid_tracestate(trace[1]) if parent is not None else None
+    ids = await catalog.enqueue(conn, event_type, payload, event_id, endpoint, app, **when,
+                                traceparent=parent, tracestate=state)  # fmt: skip
     return {"event_id": event_id, "deliveries": ids}
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dispatcher.core.attemptdetail import attempt_doc
 from dispatcher.core.dlq import classify
 from dispatcher.core.errors import BadInput
 from dispatcher.core.rows import QueueGauges, as_dict
@@ -145,7 +146,7 @@ async def deliveries_for_event(
     by_delivery: dict[int, list[dict[str, Any]]] = {}
     for attempt in await catalog.attempts_for_event(conn, event_id, app):
         doc = as_dict(attempt)
-        by_delivery.setdefault(doc.pop("delivery_id"), []).append(doc)
+        by_delivery.setdefault(doc["delivery_id"], []).append(attempt_doc(doc))
     for r in rows:
         r["attempts"] = by_delivery.get(r["id"], [])
     return rows

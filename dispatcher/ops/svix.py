@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from dispatcher.core.attemptdetail import valid_traceparent, valid_tracestate
 from dispatcher.core.errors import BadInput, Conflict, Forbidden, NotFound
 from dispatcher.db import Conn
 from dispatcher.db import svix as store
@@ -202,10 +203,12 @@ async def send_message(
     *,
     max_payload_bytes: int,
     within_quota: bool,
+    trace: tuple[str | None, str | None] = (None, None),
 ) -> dict[str, Any]:
     """A message: recorded, and a delivery per endpoint its type, filter
     and channels select, due at `deliverAt` (now when absent). A repeated
-    `eventId` in the application: Conflict, nothing queued."""
+    `eventId` in the application: Conflict, nothing queued. `trace`: the
+    request's traceparent and tracestate, which every attempt joins."""
     event_type = check_event_type(body.get("eventType"))
     payload = body.get("payload")
     if not isinstance(payload, dict):
@@ -230,7 +233,11 @@ async def send_message(
         )  # fmt: skip
         if row is None:
             raise Conflict(f"a message with eventId {msg_id} already exists")
-        await store.enqueue_message(conn, app, event_type, text, msg_id, channels, deliver_at)
+        parent = valid_traceparent(trace[0])
+        state = valid_tracestate(trace[1]) if parent is not None else None
+        await store.enqueue_message(
+            conn, app, event_type, text, msg_id, channels, deliver_at, parent, state
+        )
     return row
 
 

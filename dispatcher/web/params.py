@@ -76,3 +76,9 @@ def flag(request: web.Request, name: str) -> bool:
     if value not in FLAGS:
         raise BadInput(f"{name} must be true or false")
     return FLAGS[value]
+
+
+def trace_context(request: web.Request) -> tuple[str | None, str | None]:
+    """The W3C trace context a producer sent (`traceparent`, `tracestate`
+    headers), checked where it is stored (an invalid one is ignored)."""
+    return request.headers.get("traceparent"), request.headers.get("tracestate")

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from dispatcher.ops import svix as ops
 from dispatcher.web.keys import SETTINGS, acquire
-from dispatcher.web.params import own
+from dispatcher.web.params import own, trace_context
 from dispatcher.web.routes import Handler
 from dispatcher.web.security import json_response as _json
 from dispatcher.web.svix_common import (
@@ -65,8 +65,9 @@ def attempt_out(row: Mapping[str, Any]) -> dict[str, Any]:
         "msgId": row["event_id"],
         "endpointId": str(row["endpoint_id"]),
         "url": row["url"],
-        # Response bodies are never stored (SPEC "Limits"): the error class instead.
-        "response": row["error"] or "",
+        # The start of the body the attempt kept (schema 024), else the
+        # error class (a refused connection has no body).
+        "response": row.get("excerpt") or row["error"] or "",
         "responseStatusCode": code or 0,
         "responseDurationMs": row["response_ms"],
         "status": 0 if ok else 2,
@@ -82,8 +83,9 @@ async def messages_create(request: web.Request) -> web.Response:
     async with acquire(request) as conn:
         app = await application_or_new(request, conn)
         row = await ops.send_message(
-            conn, app["id"], body, max_payload_bytes=max_bytes, within_quota=True
-        )
+            conn, app["id"], body, max_payload_bytes=max_bytes, within_quota=True,
+            trace=trace_context(request),
+        )  # fmt: skip
     return _json(message_out(row, wants_content(request)), 202)
 
 

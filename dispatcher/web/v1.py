@@ -23,6 +23,7 @@ from dispatcher.web.params import (
     query_int,
     query_number,
     scope,
+    trace_context,
 )
 from dispatcher.web.routes import Handler
 from dispatcher.web.security import json_response as _json
@@ -142,7 +143,9 @@ async def events_create(request: web.Request) -> web.Response:
     app = scope(request, doc.get("app"))
     max_bytes = request.app[SETTINGS].max_payload_bytes
     async with acquire(request) as conn:
-        result = await service.enqueue_event(conn, doc, max_bytes, app, within_quota=True)
+        result = await service.enqueue_event(
+            conn, doc, max_bytes, app, within_quota=True, trace=trace_context(request)
+        )
     return _json(result, 202)
 
 

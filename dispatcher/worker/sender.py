@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import errno
 import socket
 import ssl
@@ -25,6 +26,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 from yarl import URL
 
+from dispatcher.core import attemptdetail
 from dispatcher.core.errors import BadInput, OperationalError, TargetRefused
 from dispatcher.core.models import AttemptResult, Delivery, Endpoint, Verdict
 from dispatcher.core.retry import classify_status, parse_retry_after
@@ -37,6 +39,29 @@ MAX_ERROR_LEN = 300
 # aiohttp arms no timer of its own: the endpoint's timeout is kept by
 # Deadlines (one sweeper for every request in flight).
 NO_TIMER = aiohttp.ClientTimeout(total=None, connect=None, sock_read=None, sock_connect=None)
+
+# The attempt being sent in this task: [dns_s, connection_s], filled in by
+# the resolver and the connector only when the attempt opens a connection
+# (a reused one costs nothing here). A context variable, not aiohttp's
+# trace hooks, which would cost every request a round of empty signals.
+_PHASES: contextvars.ContextVar[list[float | None] | None] = contextvars.ContextVar(
+    "dispatcher_attempt_phases", default=None
+)
+
+
+class TimedConnector(aiohttp.TCPConnector):
+    """aiohttp's connector, timing the connections it opens for an attempt
+    (DNS, TCP connect and TLS handshake together: aiohttp does the two in
+    one call)."""
+
+    async def _create_connection(self, req: Any, traces: Any, timeout: Any) -> Any:
+        phases = _PHASES.get()
+        if phases is None:
+            return await super()._create_connection(req, traces, timeout)
+        t0 = time.perf_counter()
+        proto = await super()._create_connection(req, traces, timeout)
+        phases[1] = time.perf_counter() - t0
+        return proto
 
 
 class GuardedResolver(AbstractResolver):
@@ -64,7 +89,10 @@ class GuardedResolver(AbstractResolver):
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
+        t0 = time.perf_counter()
         answers = await self._inner.resolve(host, port, family)
+        if (phases := _PHASES.get()) is not None:
+            phases[0] = time.perf_counter() - t0
         if host == self._proxy_host:
             return answers
         kept = []
@@ -196,7 +224,7 @@ class Sender:
         return ctx
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(
+        connector = TimedConnector(
             ssl=self._tls(),
             # Concurrency is bounded by the engine (global cap, per-endpoint
             # gates); the connector only pools, keeping sockets per host alive.
@@ -275,8 +303,23 @@ class Sender:
         if shown is not None:
             shown += (wire.method, str(target))
         headers = wire.headers_for(event_id, ts, data)
+        span: str | None = None
+        if d.traceparent is not None:
+            # This attempt is a span of the producer's trace (SPEC "Traces").
+            headers["traceparent"] = child = attemptdetail.child_traceparent(d.traceparent)
+            span = child[36:52]
+            if d.tracestate is not None:
+                headers["tracestate"] = d.tracestate
+        # A postback's URL as fired (its macro values filled in): kept with
+        # the attempt, shown only within its application (schema 024).
+        fired = str(target) if wire.shaped else None
         answer = b""
+        phases: list[float | None] = [None, None]
+        token = _PHASES.set(phases)
+        remote: str | None = None
+        got: list[list[str]] | None = None
         t0 = time.perf_counter()
+        ttfb = 0.0
         # Kept by this sender's sweeper (started with it); the whole attempt,
         # connecting and reading the body included, is under the timeout.
         watch = self.deadlines.watch(wire.timeout_s)
@@ -291,12 +334,14 @@ class Sender:
                 proxy=self._proxy,
                 ssl=wire.ssl,
             ) as resp:
+                ttfb = time.perf_counter() - t0
                 status = resp.status
-                ms = int((time.perf_counter() - t0) * 1000)
+                ms = int(ttfb * 1000)
                 retry_after = resp.headers.get("retry-after")
+                got = attemptdetail.redact_headers(resp.headers.items())
+                remote = _peer(resp)
                 try:
-                    keep = wire.success is not None or shown is not None
-                    answer = await self._drain(resp, keep=keep)
+                    answer = await self._drain(resp, keep=True)
                 except (aiohttp.ClientError, OSError, TimeoutError):
                     # The status line arrived in time: that is the answer.
                     # A body cut short after a 2xx is still a delivery
@@ -306,23 +351,30 @@ class Sender:
                     if not self.deadlines.expired(watch):
                         raise
         except TargetRefused as exc:
-            return self._failed(Verdict.PERMANENT, t0, refused_target(str(exc)))
+            why = refused_target(str(exc))
+            return self._failed(Verdict.PERMANENT, t0, why, detail=_record(phases, None, t0))
         except asyncio.CancelledError:
             if not self.deadlines.expired(watch):
                 raise
             return self._failed(
-                Verdict.RETRYABLE, t0, f"timeout after {wire.timeout_ms} ms", timed_out=True
-            )
+                Verdict.RETRYABLE, t0, f"timeout after {wire.timeout_ms} ms", timed_out=True,
+                detail=_record(phases, None, t0, fired=fired, span=span),
+            )  # fmt: skip
         except TimeoutError:
             # Not ours (a limit of asyncio's, the TLS handshake's say): still
             # the endpoint too slow to answer, for its adaptive limit too.
-            return self._failed(Verdict.RETRYABLE, t0, "timeout", timed_out=True)
+            failed = _record(phases, None, t0, fired=fired, span=span)
+            return self._failed(Verdict.RETRYABLE, t0, "timeout", timed_out=True, detail=failed)
         except (aiohttp.ClientError, OSError) as exc:
-            return self._failed(Verdict.RETRYABLE, t0, attempt_error(exc))
+            failed = _record(phases, None, t0, fired=fired, span=span)
+            return self._failed(Verdict.RETRYABLE, t0, attempt_error(exc), detail=failed)
         finally:
             self.deadlines.done(watch)
+            _PHASES.reset(token)
         if shown is not None:
             shown.append(answer)
+        detail = _record(phases, ttfb, t0, remote=remote, headers=got, body=answer, fired=fired,
+                         span=span)  # fmt: skip
         verdict = classify_status(status)
         if verdict is Verdict.SUCCESS:
             if wire.success is not None and not body_matches(wire.success, answer):
@@ -332,8 +384,9 @@ class Sender:
                     status_code=status,
                     response_ms=ms,
                     error="response did not match success_body",
+                    detail=detail,
                 )
-            return AttemptResult(verdict=verdict, status_code=status, response_ms=ms)
+            return AttemptResult(verdict=verdict, status_code=status, response_ms=ms, detail=detail)
         wait = parse_retry_after(retry_after, now) if status in (429, 503) else None
         return AttemptResult(
             verdict=verdict,
@@ -343,6 +396,7 @@ class Sender:
             retry_after_s=wait,
             gone=status == 410,
             overloaded=status in (429, 503),
+            detail=detail,
         )
 
     async def _drain(self, resp: aiohttp.ClientResponse, *, keep: bool = False) -> bytes:
@@ -362,7 +416,12 @@ class Sender:
 
     @staticmethod
     def _failed(
-        verdict: Verdict, t0: float, error: str, *, timed_out: bool = False
+        verdict: Verdict,
+        t0: float,
+        error: str,
+        *,
+        timed_out: bool = False,
+        detail: bytes | None = None,
     ) -> AttemptResult:
         ms = int((time.perf_counter() - t0) * 1000)
         return AttemptResult(
@@ -371,4 +430,44 @@ class Sender:
             response_ms=ms,
             error=error[:MAX_ERROR_LEN],
             timed_out=timed_out,
+            detail=detail,
         )
+
+
+def _peer(resp: aiohttp.ClientResponse) -> str | None:
+    """The address that answered (the proxy's, through one). The response
+    may have handed its connection back already (a body read whole with the
+    headers), its protocol stays: aiohttp's own attribute, read defensively."""
+    proto = getattr(resp, "_protocol", None)
+    transport = getattr(proto, "transport", None)
+    peer = None if transport is None else transport.get_extra_info("peername")
+    return None if not peer else str(peer[0])
+
+
+def _record(
+    phases: list[float | None],
+    ttfb_s: float | None,
+    t0: float,
+    *,
+    remote: str | None = None,
+    headers: list[list[str]] | None = None,
+    body: bytes | None = None,
+    fired: str | None = None,
+    span: str | None = None,
+) -> bytes:
+    """The attempt's record (core.attemptdetail): DNS, and the connection
+    less its DNS, when this attempt opened one."""
+    dns, opened = phases
+    connect = None if opened is None else max(opened - (dns or 0.0), 0.0)
+    return attemptdetail.encode(
+        dns_ms=None if dns is None else dns * 1000,
+        connect_ms=None if connect is None else connect * 1000,
+        tls_ms=None,
+        ttfb_ms=None if ttfb_s is None else ttfb_s * 1000,
+        total_ms=(time.perf_counter() - t0) * 1000,
+        remote_addr=remote,
+        headers=headers,
+        body=None if body is None else attemptdetail.excerpt(body),
+        request_url=fired,
+        span_id=span,
+    )

@@ -67,11 +67,23 @@ CREATE OR REPLACE FUNCTION dispatcher_enqueue_app(
     p_endpoint_id bigint DEFAULT NULL,
     channels text[] DEFAULT NULL,
     deliver_at timestamptz DEFAULT NULL,
-    hold boolean DEFAULT false
+    hold boolean DEFAULT false,
+    traceparent text DEFAULT NULL,
+    tracestate text DEFAULT NULL
 ) RETURNS bigint[]
 LANGUAGE plpgsql AS $$
 DECLARE
     v_event_id text := coalesce(p_event_id, 'evt_' || replace(gen_random_uuid()::text, '-', ''));
+    -- A W3C traceparent, else none (an invalid one is ignored, as W3C
+    -- recommends); tracestate only with one, bounded as W3C bounds it.
+    v_traceparent text := CASE
+        WHEN traceparent ~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
+             AND left(traceparent, 2) <> 'ff'
+             AND substr(traceparent, 4, 32) <> repeat('0', 32)
+             AND substr(traceparent, 37, 16) <> repeat('0', 16)
+        THEN traceparent END;
+    v_tracestate text := CASE WHEN v_traceparent IS NOT NULL AND length(tracestate) <= 512
+                              THEN nullif(tracestate, '') END;
     v_ids bigint[];
     v_new boolean;
     v_targets bigint;
@@ -92,9 +104,9 @@ BEGIN
                    ELSE e.id = p_endpoint_id END
     ), ins AS (
         INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload, max_attempts,
-                                   order_key, next_attempt_at, status)
+                                   order_key, next_attempt_at, status, traceparent, tracestate)
         SELECT t.id, v_event_id, p_event_type, p_payload, t.max_attempts, t.order_key, v_due,
-               v_status
+               v_status, v_traceparent, v_tracestate
         FROM target t
         ON CONFLICT (endpoint_id, event_id) DO NOTHING
         RETURNING id
@@ -154,7 +166,9 @@ CREATE OR REPLACE FUNCTION dispatcher_enqueue(
     p_event_type text,
     p_payload json,
     p_event_id text DEFAULT NULL,
-    p_endpoint_id bigint DEFAULT NULL
+    p_endpoint_id bigint DEFAULT NULL,
+    traceparent text DEFAULT NULL,
+    tracestate text DEFAULT NULL
 ) RETURNS bigint[]
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -165,7 +179,8 @@ BEGIN
         WHERE id = p_endpoint_id AND deleted_at IS NULL;
     END IF;
     RETURN dispatcher_enqueue_app(coalesce(v_app, 'default'), p_event_type, p_payload,
-                                  p_event_id, p_endpoint_id);
+                                  p_event_id, p_endpoint_id, traceparent => traceparent,
+                                  tracestate => tracestate);
 END $$;
 
 -- An untyped literal resolves to the text overload (PostgreSQL prefers the
@@ -174,20 +189,26 @@ CREATE OR REPLACE FUNCTION dispatcher_enqueue(
     p_event_type text,
     p_payload text,
     p_event_id text DEFAULT NULL,
-    p_endpoint_id bigint DEFAULT NULL
+    p_endpoint_id bigint DEFAULT NULL,
+    traceparent text DEFAULT NULL,
+    tracestate text DEFAULT NULL
 ) RETURNS bigint[]
 LANGUAGE sql AS $$
-    SELECT dispatcher_enqueue(p_event_type, p_payload::json, p_event_id, p_endpoint_id)
+    SELECT dispatcher_enqueue(p_event_type, p_payload::json, p_event_id, p_endpoint_id,
+                              traceparent => traceparent, tracestate => tracestate)
 $$;
 
 CREATE OR REPLACE FUNCTION dispatcher_enqueue(
     p_event_type text,
     p_payload jsonb,
     p_event_id text DEFAULT NULL,
-    p_endpoint_id bigint DEFAULT NULL
+    p_endpoint_id bigint DEFAULT NULL,
+    traceparent text DEFAULT NULL,
+    tracestate text DEFAULT NULL
 ) RETURNS bigint[]
 LANGUAGE sql AS $$
-    SELECT dispatcher_enqueue(p_event_type, p_payload::text::json, p_event_id, p_endpoint_id)
+    SELECT dispatcher_enqueue(p_event_type, p_payload::text::json, p_event_id, p_endpoint_id,
+                              traceparent => traceparent, tracestate => tracestate)
 $$;
 
 -- A producer approves or rejects a conversion in its own transaction, as
@@ -249,15 +270,29 @@ $$;
 CREATE OR REPLACE FUNCTION dispatcher_erase_deliveries(p_ids bigint[])
 RETURNS TABLE (id bigint, endpoint_id bigint, event_id text)
 LANGUAGE sql AS $$
-    UPDATE webhook_queue q
-    SET payload = NULL, payload_erased_at = now(),
-        status = CASE WHEN q.status IN ('held', 'pending', 'failed') THEN 'cancelled'
-                      ELSE q.status END,
-        last_error = CASE WHEN q.status IN ('held', 'pending', 'failed') THEN 'payload expunged'
-                          ELSE q.last_error END,
-        locked_by = CASE WHEN q.status = 'in_flight' THEN q.locked_by END,
-        updated_at = CASE WHEN q.status IN ('held', 'pending', 'failed') THEN now()
-                          ELSE q.updated_at END
-    WHERE q.id = ANY (p_ids) AND q.payload IS NOT NULL
-    RETURNING q.id, q.endpoint_id, q.event_id;
+    WITH erased AS (
+        UPDATE webhook_queue q
+        SET payload = NULL, payload_erased_at = now(),
+            status = CASE WHEN q.status IN ('held', 'pending', 'failed') THEN 'cancelled'
+                          ELSE q.status END,
+            last_error = CASE WHEN q.status IN ('held', 'pending', 'failed')
+                              THEN 'payload expunged' ELSE q.last_error END,
+            locked_by = CASE WHEN q.status = 'in_flight' THEN q.locked_by END,
+            updated_at = CASE WHEN q.status IN ('held', 'pending', 'failed') THEN now()
+                              ELSE q.updated_at END
+        WHERE q.id = ANY (p_ids) AND q.payload IS NOT NULL
+        RETURNING q.id, q.endpoint_id, q.event_id, q.created_at
+    ), attempts AS (
+        -- With the payload go what its attempts kept of it (schema 024):
+        -- the start of each response, which may echo it, and a postback's
+        -- URL as fired, with its macro values.
+        UPDATE endpoint_latency l
+        SET detail = l.detail - 'response_excerpt' - 'request_url'
+        FROM erased e
+        WHERE l.endpoint_id = e.endpoint_id AND l.delivery_id = e.id
+          AND l.measured_at >= e.created_at
+          AND (l.detail ? 'response_excerpt' OR l.detail ? 'request_url')
+        RETURNING 1
+    )
+    SELECT e.id, e.endpoint_id, e.event_id FROM erased e;
 $$;

@@ -169,7 +169,11 @@ async def test_a_replayed_delivery_shows_its_earlier_attempts(
     )
     assert "attempts     1 of 3 since it was replayed, after 3 earlier attempts" in lines, out
     assert re.search(r"^status +delivered \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$", out, re.M), out
-    table = lines[lines.index("attempts") + 1 : lines.index("payload") - 1]
+    details = next(i for i, x in enumerate(lines) if x.startswith("attempt details"))
+    table = lines[lines.index("attempts") + 1 : details - 1]
+    # Each attempt's record (schema 024): timings and who answered.
+    timed = [x for x in lines[details + 1 : lines.index("payload") - 1] if x[:1].isdigit()]
+    assert len(timed) == 4 and all("from 127.0.0.1" in x for x in timed), out
     assert table[0].split() == ["#", "at", "result", "response", "note"]
     assert [row.split()[0] for row in table[1:]] == ["1", "2", "3", "4"]
     assert all("HTTP 500" in row for row in table[1:4])

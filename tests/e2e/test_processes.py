@@ -40,6 +40,13 @@ async def test_two_processes_restart_a_dead_one_and_stop_together(
         await catalog.enqueue_bulk(conn, [(f"a{i}", "t", "{}", None) for i in range(600)])
         await until_received(receiver, 300)
         os.kill(pids[0], signal.SIGKILL)
+        # What the killed child held when it died: claimed rows whose
+        # outcome it had not written (sent or not). Only these may go twice.
+        held = await conn.fetchval(
+            "SELECT count(*) FROM webhook_queue WHERE status = 'in_flight' AND locked_by ="
+            " (SELECT worker_id FROM dispatcher_workers WHERE pid = $1)",
+            pids[0],
+        )
         await catalog.enqueue_bulk(conn, [(f"b{i}", "t", "{}", None) for i in range(600)])
         # Distinct ids, not a count: the killed child's rows that went out
         # go again when their lease ends, and may arrive before those it had
@@ -74,10 +81,11 @@ async def test_two_processes_restart_a_dead_one_and_stop_together(
         raise AssertionError(f"child {pid} still running")
     ids = Counter(r.headers["webhook-id"] for r in receiver.received)
     assert set(ids) == want
-    # Only rows the killed child had sent and not yet recorded may have
-    # gone twice: those in flight (its window: 20) and those whose outcomes
-    # waited in its buffer for the next flush (at most another window's worth).
-    assert sum(ids.values()) - len(ids) <= 2 * 20
+    # Only rows the killed child held may have gone twice: those in flight
+    # (its window: 20) and those whose outcomes waited in its buffer for the
+    # next flush (how many depends on the machine's load, so counted above
+    # rather than assumed).
+    assert sum(ids.values()) - len(ids) <= held
     # The killed child's rows (received, their outcomes lost with it) wait
     # for their lease and go again: nothing is lost.
     assert set(await statuses(conn)) <= {"delivered", "in_flight"}

@@ -257,7 +257,7 @@ async def test_overloads_the_files_no_longer_define_are_dropped(
     ("version", "name", "then", "now"),
     [
         (11, "dispatcher_enqueue_app", "(text,text,json,text,bigint)",
-         "(text,text,json,text,bigint,text[],timestamp with time zone,boolean)"),
+         "(text,text,json,text,bigint,text[],timestamp with time zone,boolean,text,text)"),
         (17, "dispatcher_cancel_event", "(text,text)", "(text,text,boolean)"),
     ],
 )  # fmt: skip

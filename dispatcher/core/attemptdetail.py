@@ -1,0 +1,140 @@
+"""What one attempt records for an operator's debugging (SPEC "Traces and
+attempt details"), and the W3C trace context it carries. Pure: no I/O.
+
+The record is one JSON document per attempt (`endpoint_latency.detail`):
+timings in milliseconds (`dns`, `connect`, `tls`, `ttfb`, `total`; null
+when the phase did not happen, e.g. no DNS or connect on a reused
+connection), the receiver's address, its response headers (bounded, with
+credentials and cookies redacted), the first EXCERPT_BYTES of its body, and
+for a postback the URL as fired. Bounded: at most about 8 KiB an attempt.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+
+EXCERPT_BYTES = 4096
+MAX_HEADERS = 32
+MAX_HEADER_VALUE = 256
+REDACTED = "[redacted]"
+
+# Header names whose values are credentials or session state, whoever sent
+# them: never stored, whatever the receiver put in them.
+_SECRET_HEADERS = frozenset({
+    "set-cookie", "cookie", "authorization", "proxy-authorization", "proxy-authenticate",
+    "www-authenticate",
+})  # fmt: skip
+_SECRET_WORDS = re.compile(r"token|secret|key|auth|session|password|signature", re.I)
+
+_TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+
+
+def valid_traceparent(value: Any) -> str | None:
+    """A W3C traceparent as given, or None when it is not one (the
+    recommendation: an invalid one is ignored, not an error)."""
+    if not isinstance(value, str):
+        return None
+    m = _TRACEPARENT.match(value.strip().lower())
+    if m is None or m.group(1) == "ff" or set(m.group(2)) == {"0"} or set(m.group(3)) == {"0"}:
+        return None
+    return m.group(0)
+
+
+def valid_tracestate(value: Any) -> str | None:
+    """A tracestate kept as given, bounded as W3C bounds it (512 characters)."""
+    if not isinstance(value, str) or not value.strip() or len(value) > 512:
+        return None
+    return value.strip()
+
+
+def child_traceparent(parent: str) -> str:
+    """The same trace, a new span (this attempt's): version 00."""
+    return f"00-{parent[3:35]}-{os.urandom(8).hex()}-{parent[-2:]}"
+
+
+def redact_headers(items: Iterable[tuple[str, str]]) -> list[list[str]]:
+    """Response headers as [name, value] pairs, names lower-cased, at most
+    MAX_HEADERS, values cut to MAX_HEADER_VALUE, credentials redacted."""
+    out: list[list[str]] = []
+    for name, value in items:
+        if len(out) == MAX_HEADERS:
+            break
+        low = name.lower()
+        secret = low in _SECRET_HEADERS or _SECRET_WORDS.search(low) is not None
+        out.append([low, REDACTED if secret else value[:MAX_HEADER_VALUE]])
+    return out
+
+
+def excerpt(body: bytes) -> str:
+    """The first EXCERPT_BYTES of a body as text (bytes that are not UTF-8
+    replaced)."""
+    return body[:EXCERPT_BYTES].decode("utf-8", errors="replace")
+
+
+def encode(
+    *,
+    dns_ms: float | None,
+    connect_ms: float | None,
+    tls_ms: float | None,
+    ttfb_ms: float | None,
+    total_ms: float,
+    remote_addr: str | None = None,
+    headers: list[list[str]] | None = None,
+    body: str | None = None,
+    request_url: str | None = None,
+    span_id: str | None = None,
+) -> bytes:
+    """One attempt's record, as stored."""
+    timings = {
+        "dns": _ms(dns_ms),
+        "connect": _ms(connect_ms),
+        "tls": _ms(tls_ms),
+        "ttfb": _ms(ttfb_ms),
+        "total": _ms(total_ms),
+    }
+    doc: dict[str, Any] = {
+        "timings_ms": timings,
+        "remote_addr": remote_addr,
+        "response_headers": headers,
+        "response_excerpt": body,
+    }
+    if request_url is not None:
+        doc["request_url"] = request_url
+    if span_id is not None:
+        doc["span_id"] = span_id
+    return orjson.dumps(doc)
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+EMPTY_TIMINGS = {"dns": None, "connect": None, "tls": None, "ttfb": None, "total": None}
+
+
+def shown(detail: Any, response_ms: int | None) -> dict[str, Any]:
+    """An attempt's record as the API shows it: every field present (null
+    when not recorded, as for attempts from before schema 024)."""
+    doc = orjson.loads(detail) if isinstance(detail, str | bytes) else (detail or {})
+    timings = doc.get("timings_ms") or {**EMPTY_TIMINGS, "total": response_ms}
+    headers = doc.get("response_headers")
+    return {
+        "timings_ms": timings,
+        "remote_addr": doc.get("remote_addr"),
+        "response_headers": None if headers is None else dict(headers),
+        "response_excerpt": doc.get("response_excerpt"),
+        "request_url": doc.get("request_url"),
+    }
+
+
+def attempt_doc(attempt: dict[str, Any]) -> dict[str, Any]:
+    """An attempt row (as a dict, its `detail` the stored record) as the
+    API and the CLI show it: at, status, ms, error and the record's fields."""
+    out = {k: v for k, v in attempt.items() if k not in ("delivery_id", "detail")}
+    out.update(shown(attempt.get("detail"), attempt.get("response_ms")))
+    return out

@@ -1,0 +1,60 @@
+"""The attempt record and the W3C trace context (core/attemptdetail.py):
+pure, no I/O."""
+
+from __future__ import annotations
+
+import orjson
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dispatcher.core import attemptdetail as ad
+
+PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+HEX = st.text(alphabet="0123456789abcdef", min_size=1, max_size=40)
+
+
+def test_valid_traceparents_and_the_ones_ignored() -> None:
+    assert ad.valid_traceparent(PARENT) == PARENT
+    assert ad.valid_traceparent(PARENT.upper()) == PARENT
+    for bad in (None, 7, "", "00-xyz", PARENT + "-00", "ff" + PARENT[2:],
+                f"00-{'0' * 32}-b7ad6b7169203331-01", f"00-{'a' * 32}-{'0' * 16}-01"):  # fmt: skip
+        assert ad.valid_traceparent(bad) is None, bad
+
+
+@given(st.from_regex(r"\A[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}\Z"))
+def test_a_child_keeps_the_trace_and_flags_with_a_new_span(parent: str) -> None:
+    child = ad.child_traceparent(parent)
+    assert child[:3] == "00-" and child[3:35] == parent[3:35] and child[-2:] == parent[-2:]
+    assert ad.valid_traceparent(child) == child or set(parent[3:35]) == {"0"}
+    assert len(child.split("-")[2]) == 16
+
+
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=30), st.text(max_size=600)), max_size=60))
+def test_headers_are_bounded_and_credentials_never_kept(items: list[tuple[str, str]]) -> None:
+    out = ad.redact_headers(items)
+    assert len(out) <= ad.MAX_HEADERS
+    for (name, _), (low, kept) in zip(items, out, strict=False):
+        assert low == name.lower() and len(kept) <= ad.MAX_HEADER_VALUE
+        if low in ("set-cookie", "authorization") or "token" in low or "key" in low:
+            assert kept == ad.REDACTED
+
+
+def test_the_record_round_trips_as_the_api_shows_it() -> None:
+    raw = ad.encode(dns_ms=None, connect_ms=1.234, tls_ms=None, ttfb_ms=3.0, total_ms=3.5,
+                    remote_addr="127.0.0.1", headers=[["x-a", "1"]], body=ad.excerpt(b"\xffok"),
+                    request_url="https://p.example/?c=1", span_id="b7ad6b7169203331")  # fmt: skip
+    shown = ad.shown(raw, 3)
+    assert shown["timings_ms"] == {"dns": None, "connect": 1.2, "tls": None, "ttfb": 3.0,
+                                   "total": 3.5}  # fmt: skip
+    assert shown["response_headers"] == {"x-a": "1"} and shown["response_excerpt"] == "\ufffdok"
+    assert shown["request_url"] == "https://p.example/?c=1"
+    # An attempt from before schema 024: its total only.
+    assert ad.shown(None, 12)["timings_ms"] == {**ad.EMPTY_TIMINGS, "total": 12}
+    assert len(ad.excerpt(b"x" * 10_000)) == ad.EXCERPT_BYTES
+    assert orjson.loads(raw)["span_id"] == "b7ad6b7169203331"
+
+
+@given(HEX)
+def test_tracestate_is_bounded(value: str) -> None:
+    assert ad.valid_tracestate(value) == value
+    assert ad.valid_tracestate("x" * 513) is None and ad.valid_tracestate("  ") is None
