@@ -252,6 +252,14 @@ ENVIRONMENT: tuple[Variable, ...] = (
         "targets set `./.dispatcher` (the checkout's own)",
     ),
     Variable(
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "each attempt exported as an OpenTelemetry client span over OTLP/HTTP (with the `otel` "
+        "extra; `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` too); the SDK reads the other standard "
+        "`OTEL_*` variables (sampler, service name, batching, `OTEL_SDK_DISABLED`): "
+        "[traces](../guide/traces.md)",
+        "unset: no spans exported (a producer's traceparent still reaches the receiver)",
+    ),
+    Variable(
         "XDG_DATA_HOME",
         "the user's data folder (XDG base directories), read only for `DISPATCHER_HOME`'s "
         "default; a relative path is ignored",

@@ -189,6 +189,9 @@ DELIVERIES = {
         {"name": "since", "in": "query", "schema": {"type": "string", "format": "date-time"}},
         {"name": "until", "in": "query", "schema": {"type": "string", "format": "date-time"}},
         _CURSOR_QUERY, _LIMIT_QUERY, APP_QUERY,
+        {"name": "format", "in": "query", "schema": {"type": "string", "enum": ["json", "jsonl", "csv"]},
+         "description": "jsonl or csv: every delivery the filter selects, streamed (at most 100,000 "
+                        "a request; continue with ?cursor= the last id)"},
     ],
     "responses": ok({"type": "object", "properties": {
         "deliveries": {"type": "array", "items": {"type": "object", "properties": {

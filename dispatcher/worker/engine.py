@@ -50,6 +50,7 @@ from dispatcher.worker.refresher import Refresher
 from dispatcher.worker.rewriter import Rewriter
 from dispatcher.worker.sender import Sender
 from dispatcher.worker.slots import Slots
+from dispatcher.worker.tracing import Tracing
 
 # The worker's pooled statements (claims, outcome writes, the heartbeat, the
 # endpoints' refresh) take milliseconds; one that takes this long is on a
@@ -84,6 +85,7 @@ class Engine:
             body_cap=settings.response_body_cap,
             proxy=settings.http_proxy,
             ca_file=settings.ca_file,
+            tracing=Tracing.from_env(),
         )
         self._draw = random_draw
         self.metrics = metrics

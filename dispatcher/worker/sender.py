@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import errno
 import socket
 import ssl
 import time
@@ -31,8 +30,10 @@ from dispatcher.core.errors import BadInput, OperationalError, TargetRefused
 from dispatcher.core.models import AttemptResult, Delivery, Endpoint, Verdict
 from dispatcher.core.retry import classify_status, parse_retry_after
 from dispatcher.core.shaping import SUCCESS_BODY_BYTES, body_matches
-from dispatcher.core.ssrf import NON_PUBLIC, UNRESOLVED, check_address, refusal_kind
+from dispatcher.core.ssrf import UNRESOLVED, check_address
+from dispatcher.worker.attempterrors import attempt_error, refused_target
 from dispatcher.worker.deadlines import Deadlines
+from dispatcher.worker.tracing import Tracing
 from dispatcher.worker.wire import EndpointWire, load_client_cert
 
 MAX_ERROR_LEN = 300
@@ -117,68 +118,6 @@ class GuardedResolver(AbstractResolver):
         await self._inner.close()
 
 
-# What an attempt's error says: a fixed class and at most a short detail of
-# ours (SPEC "Limits"). Never an exception's own text: aiohttp's messages
-# carry the request URL (macro values filled in) and bytes the receiver
-# sent, and last_error is shown to operators, customers and pg_dump.
-_ERRNO_CLASSES = {
-    errno.ECONNREFUSED: "connection refused",
-    errno.ECONNRESET: "connection reset",
-    errno.EPIPE: "connection reset",
-    errno.ECONNABORTED: "connection reset",
-    errno.ENETUNREACH: "connection error: network unreachable",
-    errno.EHOSTUNREACH: "connection error: host unreachable",
-    errno.ETIMEDOUT: "timeout",
-}
-
-
-def attempt_error(exc: BaseException) -> str:
-    """The class of a failed attempt's error, from the exception's type
-    (and errno), never from its message."""
-    if isinstance(exc, aiohttp.ClientHttpProxyError):
-        return f"proxy: HTTP {exc.status}"
-    if isinstance(exc, aiohttp.ClientProxyConnectionError):
-        return "proxy: connection failed"
-    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
-        return "tls: certificate not trusted"
-    if isinstance(exc, aiohttp.ClientSSLError | ssl.SSLError):
-        return "tls: handshake failed"
-    if isinstance(exc, aiohttp.ClientConnectorDNSError | socket.gaierror):
-        return "dns: name did not resolve"
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return "connection reset: closed before the response"
-    if isinstance(exc, aiohttp.ClientConnectionResetError | ConnectionResetError):
-        return "connection reset"
-    if isinstance(exc, aiohttp.ClientPayloadError):
-        return "bad response: body"
-    if isinstance(exc, aiohttp.ClientResponseError):
-        return "bad response"
-    if isinstance(exc, aiohttp.ServerTimeoutError):
-        return "timeout"
-    if isinstance(exc, aiohttp.InvalidUrlClientError):
-        return "url invalid"
-    oserror = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else exc
-    if isinstance(oserror, OSError) and oserror.errno in _ERRNO_CLASSES:
-        return _ERRNO_CLASSES[oserror.errno]
-    if isinstance(exc, aiohttp.ClientConnectionError | OSError):
-        return "connection error"
-    return f"request failed ({type(exc).__name__})"
-
-
-# How each kind of refusal is stored: the kind, and for a private address
-# the setting that allows it; never the host or the address.
-_REFUSED = {
-    NON_PUBLIC: f"{NON_PUBLIC} (DISPATCHER_ALLOW_PRIVATE_TARGETS)",
-    UNRESOLVED: "name did not resolve",
-}
-
-
-def refused_target(reason: str) -> str:
-    """The SSRF guard's refusal, as stored: which kind, not which host."""
-    kind = refusal_kind(reason)
-    return f"refused target: {_REFUSED.get(kind, kind)}"
-
-
 class Sender:
     def __init__(
         self,
@@ -189,8 +128,12 @@ class Sender:
         resolver: AbstractResolver | None = None,
         proxy: str | None = None,
         ca_file: Path | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.allow_private = allow_private
+        # Each attempt a span of its producer's trace, exported (tracing.py);
+        # None: the trace goes on in the headers only.
+        self.tracing = tracing
         self.allowed_networks = allowed_networks
         self._body_cap = body_cap
         self._resolver = resolver
@@ -253,6 +196,8 @@ class Sender:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self.tracing is not None:
+            await self.tracing.close()
         if self.sweeper is not None:
             self.sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -277,6 +222,7 @@ class Sender:
             ssl_context=tls,
             macro_style=endpoint.macro_style,
             value_map=endpoint.value_map,
+            app=endpoint.app,
         )
 
     async def post(
@@ -286,6 +232,26 @@ class Sender:
         needed when the wire is shaped (URL macros, form body). `shown`
         (a test shot, never the queue): gets the method, the URL sent and
         the start of the answer's body, to show a person once."""
+        if self.tracing is None or shown is not None:
+            return await self._post(wire, d, doc, shown, None)
+        span, parent = self.tracing.start(d, wire)
+        try:
+            result = await self._post(wire, d, doc, shown, parent)
+        except BaseException:
+            self.tracing.end(span, None)
+            raise
+        self.tracing.end(span, result)
+        return result
+
+    async def _post(
+        self,
+        wire: EndpointWire,
+        d: Delivery,
+        doc: Any,
+        shown: list[Any] | None,
+        traced: str | None,
+    ) -> AttemptResult:
+        """post's attempt; `traced`: the traceparent of this attempt's span."""
         event_id, body = d.event_id, d.body
         assert self._session is not None, "Sender.start() first"
         if wire.url_refusal is not None:
@@ -304,9 +270,10 @@ class Sender:
             shown += (wire.method, str(target))
         headers = wire.headers_for(event_id, ts, data)
         span: str | None = None
-        if d.traceparent is not None:
+        if traced is not None or d.traceparent is not None:
             # This attempt is a span of the producer's trace (SPEC "Traces").
-            headers["traceparent"] = child = attemptdetail.child_traceparent(d.traceparent)
+            child = traced or attemptdetail.child_traceparent(d.traceparent or "")
+            headers["traceparent"] = child
             span = child[36:52]
             if d.tracestate is not None:
                 headers["tracestate"] = d.tracestate

@@ -43,7 +43,7 @@ CONTENT_TYPES = {"json": "application/json", "form": "application/x-www-form-url
 class EndpointWire:
     """Per-endpoint wire settings, built once per endpoint version."""
 
-    __slots__ = ("body_mode", "extras", "headers", "method", "shaped", "signer", "ssl",
+    __slots__ = ("app", "body_mode", "extras", "headers", "method", "shaped", "signer", "ssl",
                  "success", "target", "template", "timeout_ms", "timeout_s", "url", "url_refusal",
                  "value_map")  # fmt: skip
 
@@ -62,8 +62,10 @@ class EndpointWire:
         ssl_context: ssl.SSLContext | bool = True,
         macro_style: str = "brace",
         value_map: str | None = None,
+        app: str = "default",
     ):
         self.url = url
+        self.app = app  # the endpoint's application (a span's attribute)
         template = parse_template(url, macro_style)
         self.template = template if template.has_macros else None
         self.value_map = load_value_map(value_map)

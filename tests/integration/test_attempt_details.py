@@ -8,9 +8,12 @@ the excerpt and the URL with the payload."""
 
 from __future__ import annotations
 
+import csv
+import io
 from typing import Any
 
 import asyncpg
+import orjson
 from aiohttp import web
 
 from tests.helpers import FAST, add_endpoint, admin_api, drain
@@ -109,3 +112,29 @@ async def test_the_http_routes_take_the_trace_headers(
         "SELECT event_id, traceparent, tracestate FROM webhook_queue")}  # fmt: skip
     assert rows == {"good": (PARENT, "a=b"), "bad": (None, None), "zeros": (None, None),
                     "svix-1": (PARENT, None)}  # fmt: skip
+
+
+async def test_deliveries_export_as_jsonl_and_csv(db_url: str, conn: asyncpg.Connection) -> None:
+    ep, _ = await add_endpoint(conn, "https://export.example/r")
+    await conn.execute(
+        "INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload)"
+        " SELECT $1, 'x' || g, 't', '{}' FROM generate_series(1, 2500) g",
+        ep,
+    )
+    async with admin_api(db_url, FAST) as (s, base):
+        async with s.get(f"{base}/v1/deliveries?format=jsonl&endpoint_id={ep}") as r:
+            assert r.status == 200 and r.content_type == "application/x-ndjson"
+            lines = (await r.read()).splitlines()
+        docs = [orjson.loads(x) for x in lines]
+        assert len(docs) == 2500 and len({d["id"] for d in docs}) == 2500
+        assert [d["id"] for d in docs] == sorted((d["id"] for d in docs), reverse=True)
+        async with s.get(f"{base}/v1/deliveries?format=csv&limit=1200&status=pending") as r:
+            assert r.status == 200 and r.content_type == "text/csv"
+            rows = list(csv.reader(io.StringIO(await r.text())))
+        assert rows[0][:3] == ["id", "endpoint_id", "app"] and len(rows) == 1 + 1200
+        last = rows[-1][0]
+        async with s.get(f"{base}/v1/deliveries?format=csv&cursor={last}") as r:
+            more = list(csv.reader(io.StringIO(await r.text())))
+        assert len(more) == 1 + 1300 and int(more[1][0]) < int(last)
+        async with s.get(f"{base}/v1/deliveries?format=xml") as r:
+            assert r.status == 400

@@ -1,0 +1,93 @@
+"""Each attempt exported as an OpenTelemetry client span (issue 34, SPEC
+"Traces and attempt details"): `dispatcher run --drain` with
+OTEL_EXPORTER_OTLP_ENDPOINT set, against a real OTLP/HTTP receiver in the
+test decoding what the SDK's exporter sends (opentelemetry-proto). The
+producer's trace id reaches the webhook receiver's traceparent and the
+exported span; the span is the parent of what the receiver does; its
+attributes are OpenTelemetry's HTTP client ones and ours, and nothing in it
+is the payload, a header value or a macro value."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import asyncpg
+from aiohttp import web
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from tests.helpers import WORKER_ENV, add_endpoint, cli_env
+from tests.receivers import Receiver
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+PRODUCER_SPAN = "00f067aa0ba902b7"
+SECRET_VALUE = "click-SECRET-7731"
+
+
+async def _otlp() -> tuple[web.AppRunner, str, list[Span]]:
+    spans: list[Span] = []
+
+    async def traces(request: web.Request) -> web.Response:
+        req = ExportTraceServiceRequest()
+        req.ParseFromString(await request.read())
+        for rs in req.resource_spans:
+            for ss in rs.scope_spans:
+                spans.extend(ss.spans)
+        return web.Response(content_type="application/x-protobuf", body=b"")
+
+    app = web.Application()
+    app.router.add_post("/v1/traces", traces)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    return runner, f"http://{host}:{port}", spans
+
+
+def _attrs(span: Span) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for kv in span.attributes:
+        v = kv.value
+        out[kv.key] = v.string_value or v.int_value or v.bool_value or v.double_value
+    return out
+
+
+async def test_attempts_are_client_spans_of_the_producers_trace(
+    db_url: str, conn: asyncpg.Connection, receiver: Receiver
+) -> None:
+    runner, otlp, spans = await _otlp()
+    try:
+        ep, _ = await add_endpoint(conn, receiver.url("/pb") + "?click={click}", method="GET")
+        await conn.execute(
+            "SELECT dispatcher_enqueue('conv', $1::jsonb, 'ev-1', traceparent => $2)",
+            f'{{"click": "{SECRET_VALUE}"}}', f"00-{TRACE}-{PRODUCER_SPAN}-01",
+        )  # fmt: skip
+        otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+        env = cli_env(db_url, **WORKER_ENV, **otel)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "dispatcher", "run", "--drain", env=env,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, err.decode()[-2000:]
+    finally:
+        await runner.cleanup()
+    [req] = receiver.received
+    _, trace, sent_span, flags = req.headers["traceparent"].split("-")
+    assert (trace, flags) == (TRACE, "01")
+    [span] = spans
+    assert span.trace_id.hex() == TRACE and span.parent_span_id.hex() == PRODUCER_SPAN
+    assert span.span_id.hex() == sent_span  # the receiver's work is this span's child
+    assert span.kind == Span.SPAN_KIND_CLIENT and span.name == "GET webhook"
+    attrs = _attrs(span)
+    assert attrs["http.request.method"] == "GET" and attrs["http.response.status_code"] == 200
+    assert attrs["server.address"] == "127.0.0.1" and attrs["url.scheme"] == "http"
+    assert attrs["dispatcher.endpoint.id"] == ep and attrs["dispatcher.event.type"] == "conv"
+    assert attrs["dispatcher.attempt"] == 1 and attrs["dispatcher.verdict"] == "success"
+    assert attrs["network.peer.address"] == "127.0.0.1"
+    assert all(SECRET_VALUE not in str(v) for v in attrs.values()), attrs
+    assert "?" not in str(attrs["url.full"])
+    stored = await conn.fetchval("SELECT detail->>'span_id' FROM endpoint_latency")
+    assert stored == sent_span
