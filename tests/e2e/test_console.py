@@ -101,6 +101,14 @@ async def test_an_operators_day_in_the_console(
         await page.wait("document.querySelector('#dl-payload').innerText.includes('reason')")
         assert json.loads(await page.text("#dl-payload")) == {"refund": 1, "reason": "late"}
         assert "HTTP 500" in await page.text("#dl-attempts")
+        # Each attempt's record (schema 024): its phases as a bar, who
+        # answered, what it answered.
+        await page.present("#dl-details .timing span.ph-wait")
+        details = await page.text("#dl-details")
+        assert "Attempt 1: HTTP 500" in details and "from 127.0.0.1" in details, details
+        assert "first byte" in details and "content-length" in details, details
+        width_set = "document.querySelector('#dl-details .timing span').style.width.endsWith('%')"
+        assert await page.eval(width_set)
         await _fits(page)
 
         # The suggested action opens the editor: fix the URL, more attempts.

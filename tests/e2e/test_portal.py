@@ -151,6 +151,9 @@ async def test_customer_adds_an_endpoint_tests_it_and_replays_a_dead_letter(
         assert _signed_with(receiver, event_id, secret)
         attempts = await _attempts(page, delivery)
         assert "HTTP 200" in attempts and " ms" in attempts
+        # Each attempt's record: who answered, its phases as a bar.
+        assert "from 127.0.0.1" in attempts, attempts
+        await page.present(f'#deliveries tr[data-attempts-of="{delivery}"] .timing span')
         # The card's figures come from the same attempts.
         await page.wait(f"document.querySelector('{card}').innerText.includes('100% of 1 attempt')")
 

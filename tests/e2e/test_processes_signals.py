@@ -89,8 +89,10 @@ async def test_ctrl_c_while_the_parent_imports_is_one_line(db_url: str) -> None:
         run.kill()
     log = "\n".join(run.lines)
     assert "Traceback" not in log and "KeyboardInterrupt" not in log, log
-    assert code in (0, 130), log
-    if code == 130:
+    # 130, or ended by the SIGINT itself (asyncio's runner, started but not
+    # yet the supervisor's, re-delivers it): a shell reports both as 130.
+    assert code in (0, 130, -signal.SIGINT), log
+    if code != 0:
         assert run.lines == ["dispatcher: interrupted"], log
 
 

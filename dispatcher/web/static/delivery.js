@@ -12,7 +12,7 @@ function skeleton(id) {
     <dl class="settings" id="dl-facts"></dl>
     <p id="dl-message" class="note" role="status" hidden></p>
   </section>
-  <section class="wide"><h2>Attempts</h2><div id="dl-attempts"></div></section>
+  <section class="wide"><h2>Attempts</h2><div id="dl-attempts"></div><div id="dl-details"></div></section>
   <section class="wide"><h2>Payload</h2><pre id="dl-payload" class="payload"></pre></section>`;
 }
 
@@ -53,7 +53,39 @@ export function render(root, idText) {
     const earlier = earlierAttempts(d);
     if (earlier) rows.splice(earlier, 0, `<tr class="replayed"><td colspan="4" class="dim">replayed: a fresh budget of ${num(d.max_attempts)} attempts from here</td></tr>`);
     $("#dl-attempts").innerHTML = table(["#", "when", "result", "response"], rows, "no attempt recorded yet");
+    $("#dl-details").innerHTML = d.attempts.map((a, i) => details(i + 1, a)).join("");
+    sizeBars($("#dl-details"));
     $("#dl-payload").textContent = JSON.stringify(d.payload, null, 2);
   }
   return { refresh, every: () => (last && ["delivered", "dead_letter"].includes(last.status) ? 10000 : 1500) };
+}
+
+// The phases of one attempt as a bar: DNS, connecting, waiting for the
+// first byte, reading the rest (SPEC "Traces and attempt details").
+const PHASES = [["dns", "DNS"], ["connect", "connect"], ["wait", "first byte"], ["read", "body"]];
+
+export function timingBar(t) {
+  if (!t || !t.total) return "";
+  const dns = t.dns || 0, connect = t.connect || 0;
+  const ttfb = t.ttfb === null || t.ttfb === undefined ? t.total : t.ttfb;
+  const parts = { dns, connect, wait: Math.max(ttfb - dns - connect, 0), read: Math.max(t.total - ttfb, 0) };
+  const segments = PHASES.filter(([k]) => parts[k] > 0).map(([k, label]) =>
+    `<span class="ph-${k}" data-w="${(100 * parts[k] / t.total).toFixed(1)}" title="${label} ${ms(parts[k])}"></span>`).join("");
+  const said = PHASES.filter(([k]) => parts[k] > 0).map(([k, label]) => `${label} ${ms(parts[k])}`).join(" · ");
+  return `<div class="timing" role="img" aria-label="${esc(said)}">${segments}</div><p class="dim">${esc(said)} · total ${ms(t.total)}</p>`;
+}
+
+// Widths set through the CSSOM: the pages' CSP allows no inline style.
+export function sizeBars(root) {
+  for (const s of root.querySelectorAll(".timing span[data-w]")) s.style.width = `${s.dataset.w}%`;
+}
+
+function details(n, a) {
+  const facts = [a.remote_addr ? `from ${a.remote_addr}` : "no connection", a.request_url ? `fired ${a.request_url}` : ""]
+    .filter(Boolean).map(esc).join(" · ");
+  const headers = a.response_headers
+    ? `<dl class="headers">${Object.entries(a.response_headers).map(([k, v]) => `<div><dt>${esc(k)}</dt><dd>${esc(v)}</dd></div>`).join("")}</dl>` : "";
+  const body = a.response_excerpt ? `<pre class="excerpt">${esc(a.response_excerpt)}</pre>` : "";
+  return `<div class="attempt-detail"><h3>Attempt ${n}: ${esc(result(a.status_code, a.error))}</h3>
+    ${timingBar(a.timings_ms)}<p>${facts}</p>${headers}${body}</div>`;
 }

@@ -420,7 +420,28 @@ function attemptList(d) {
     el("span", { class: "when" }, when(a.at)),
     el("b", {}, a.status_code !== null ? `HTTP ${a.status_code}` : "no response"),
     el("span", {}, ms(a.response_ms)),
-    a.error && a.error !== `HTTP ${a.status_code}` ? el("span", { class: "error-text" }, a.error) : null)));
+    a.error && a.error !== `HTTP ${a.status_code}` ? el("span", { class: "error-text" }, a.error) : null,
+    timing(a.timings_ms),
+    a.remote_addr ? el("span", { class: "dim" }, `from ${a.remote_addr}`) : null,
+    a.response_excerpt ? el("pre", { class: "excerpt" }, a.response_excerpt) : null)));
+}
+
+// An attempt's phases as a bar (the console's delivery page draws the same).
+function timing(t) {
+  if (!t || !t.total) return null;
+  const dns = t.dns || 0, connect = t.connect || 0;
+  const ttfb = t.ttfb === null || t.ttfb === undefined ? t.total : t.ttfb;
+  const parts = [["dns", dns, "DNS"], ["connect", connect, "connect"],
+    ["wait", Math.max(ttfb - dns - connect, 0), "first byte"], ["read", Math.max(t.total - ttfb, 0), "body"]]
+    .filter(([, v]) => v > 0);
+  const said = parts.map(([, v, label]) => `${label} ${ms(v)}`).join(" · ");
+  // Widths through the CSSOM: the portal's CSP allows no inline style.
+  return el("span", { class: "timing", role: "img", "aria-label": said, title: said },
+    ...parts.map(([k, v]) => {
+      const seg = el("span", { class: `ph-${k}` });
+      seg.style.width = `${(100 * v / t.total).toFixed(1)}%`;
+      return seg;
+    }));
 }
 
 function replay(ids, what) {
