@@ -31,7 +31,27 @@ _LAG_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
-class BatchHistogram:
+class _Batched:
+    """What the batched histograms share: their name, help and bounds, and
+    the registering (once they can be collected: `_start` first)."""
+
+    def __init__(
+        self, name: str, doc: str, buckets: tuple[float, ...], registry: CollectorRegistry
+    ) -> None:
+        self._name = name
+        self._doc = doc
+        self._bounds = list(buckets)
+        self._start()
+        registry.register(self)
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def collect(self) -> Iterator[Metric]:
+        raise NotImplementedError
+
+
+class BatchHistogram(_Batched):
     """A histogram fed a flush's values at once.
 
     prometheus_client's Histogram takes a lock, scans the buckets and bumps
@@ -40,15 +60,9 @@ class BatchHistogram:
     event loop is the only writer. Exposed as an ordinary histogram.
     """
 
-    def __init__(
-        self, name: str, doc: str, buckets: tuple[float, ...], registry: CollectorRegistry
-    ) -> None:
-        self._name = name
-        self._doc = doc
-        self._bounds = list(buckets)
-        self._counts = [0] * (len(buckets) + 1)  # the last: above every bound
+    def _start(self) -> None:
+        self._counts = [0] * (len(self._bounds) + 1)  # the last: above every bound
         self._sum = 0.0
-        registry.register(self)
 
     def observe_many(self, values: Iterable[float]) -> None:
         bounds, counts = self._bounds, self._counts
@@ -68,6 +82,31 @@ class BatchHistogram:
         )  # fmt: skip
 
 
+class EndpointBatchHistograms(_Batched):
+    """BatchHistogram's counts per endpoint (label `endpoint`), fed a
+    flush's values at once: one dict lookup and one bisect a value."""
+
+    def _start(self) -> None:
+        self._series: dict[str, tuple[list[int], list[float]]] = {}
+
+    def observe_many(self, values: Iterable[tuple[int, float]]) -> None:
+        bounds, series = self._bounds, self._series
+        for endpoint, v in values:
+            got = series.get(key := str(endpoint))
+            if got is None:
+                got = series[key] = ([0] * (len(bounds) + 1), [0.0])
+            got[0][bisect.bisect_left(bounds, v)] += 1
+            got[1][0] += v
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self._name, self._doc, labels=["endpoint"])
+        les = [repr(float(b)) for b in self._bounds] + ["+Inf"]
+        for endpoint, (counts, total) in sorted(self._series.items()):
+            cumulative = list(itertools.accumulate(counts))
+            family.add_metric([endpoint], list(zip(les, cumulative, strict=True)), total[0])
+        yield family
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -78,6 +117,17 @@ class Metrics:
         self.attempt_seconds = BatchHistogram(
             "dispatcher_attempt_seconds", "HTTP attempt latency", _LATENCY_BUCKETS, r
         )
+        # The phases an attempt's record times (SPEC "Traces and attempt
+        # details"), per endpoint: connecting (new connections only) and the
+        # first byte. TLS is inside connect (aiohttp does both in one call).
+        self.connect_seconds = EndpointBatchHistograms(
+            "dispatcher_attempt_connect_seconds",
+            "Opening a connection for an attempt (TCP and TLS)", _LATENCY_BUCKETS, r,
+        )  # fmt: skip
+        self.first_byte_seconds = EndpointBatchHistograms(
+            "dispatcher_attempt_first_byte_seconds",
+            "From sending to the response's status line", _LATENCY_BUCKETS, r,
+        )  # fmt: skip
         self.lag_seconds = BatchHistogram(
             "dispatcher_end_to_end_lag_seconds", "Created to delivered", _LAG_BUCKETS, r
         )
@@ -127,6 +177,12 @@ class Metrics:
         self.attempt_seconds.observe_many(seconds)
         for outcome, n in counts.items():
             self.deliveries.labels(outcome).inc(n)
+
+    def record_timings(self, timings: Iterable[tuple[int, tuple[float | None, float]]]) -> None:
+        """(endpoint, (connect s or None, first byte s)) of answered attempts."""
+        listed = list(timings)
+        self.connect_seconds.observe_many((e, c) for e, (c, _) in listed if c is not None)
+        self.first_byte_seconds.observe_many((e, f) for e, (_, f) in listed)
 
     def record_lags(self, lags: Iterable[float]) -> None:
         self.lag_seconds.observe_many(lags)

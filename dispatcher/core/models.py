@@ -131,6 +131,9 @@ class AttemptResult:
     overloaded: bool = False  # 429 or 503: the receiver says it has too much
     timed_out: bool = False  # no status line within the timeout
     detail: bytes | None = None  # core.attemptdetail's record of what was seen
+    # (connect, first byte) in seconds, for the metrics; connect None on a
+    # reused connection; None when no answer came.
+    timing: tuple[float | None, float] | None = None
 
 
 @dataclass(slots=True)
@@ -180,6 +183,7 @@ class Outcome(NamedTuple):
     # failover, tells this outcome from a newer attempt (core.failover).
     attempt: int = -1
     detail: bytes | None = None  # the attempt's record (core.attemptdetail)
+    timing: tuple[float | None, float] | None = None  # AttemptResult.timing
 
     @classmethod
     def unsendable(cls, d: Delivery, error: str) -> Outcome:
@@ -200,7 +204,7 @@ class Outcome(NamedTuple):
         pauses it)."""
         return cls(d.id, d.endpoint_id, status, delay_s, True, r.status_code, r.response_ms,
                    r.error, r.gone, r.retry_after_s if r.overloaded else None,
-                   d.attempt_count, r.detail)  # fmt: skip
+                   d.attempt_count, r.detail, r.timing)  # fmt: skip
 
 
 # The range of every numeric setting (SPEC "Limits"): checked where values

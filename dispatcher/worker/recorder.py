@@ -218,6 +218,7 @@ class Recorder:
                 (o.status.value if o.spent_attempt else "released", o.response_ms) for o in batch
             )
             m.record_lags(lags)
+            m.record_timings((o.endpoint_id, o.timing) for o in batch if o.timing is not None)
 
     async def _write_breakers(
         self, conn: Conn, ids: list[int], results: dict[int, list[bool]]

@@ -342,6 +342,9 @@ class Sender:
             shown.append(answer)
         detail = _record(phases, ttfb, t0, remote=remote, headers=got, body=answer, fired=fired,
                          span=span)  # fmt: skip
+        # For the per-endpoint histograms (metrics.py): seconds.
+        opened = None if phases[1] is None else max(phases[1] - (phases[0] or 0.0), 0.0)
+        timing = (opened, ttfb)
         verdict = classify_status(status)
         if verdict is Verdict.SUCCESS:
             if wire.success is not None and not body_matches(wire.success, answer):
@@ -352,8 +355,11 @@ class Sender:
                     response_ms=ms,
                     error="response did not match success_body",
                     detail=detail,
+                    timing=timing,
                 )
-            return AttemptResult(verdict=verdict, status_code=status, response_ms=ms, detail=detail)
+            return AttemptResult(
+                verdict=verdict, status_code=status, response_ms=ms, detail=detail, timing=timing
+            )
         wait = parse_retry_after(retry_after, now) if status in (429, 503) else None
         return AttemptResult(
             verdict=verdict,
@@ -364,6 +370,7 @@ class Sender:
             gone=status == 410,
             overloaded=status in (429, 503),
             detail=detail,
+            timing=timing,
         )
 
     async def _drain(self, resp: aiohttp.ClientResponse, *, keep: bool = False) -> bytes:

@@ -404,6 +404,13 @@ async def test_metrics_count_every_attempt_and_delivery(
     assert value("dispatcher_end_to_end_lag_seconds_count") == 14
     assert value('dispatcher_deliveries_total{outcome="delivered"}') == 14
     assert value('dispatcher_deliveries_total{outcome="failed"}') == 1
+    # The recorded phases per endpoint (issue 34): 7 answers from /ok and 7
+    # from /slow-once (its timed-out attempt had none); a connection or
+    # more opened to each.
+    ids = [r["id"] for r in await conn.fetch("SELECT id FROM endpoints ORDER BY id")]
+    for eid in ids:
+        assert value(f'dispatcher_attempt_first_byte_seconds_count{{endpoint="{eid}"}}') == 7
+        assert value(f'dispatcher_attempt_connect_seconds_count{{endpoint="{eid}"}}') >= 1
     timed_out = await conn.fetch(
         "SELECT response_ms FROM endpoint_latency WHERE error = 'timeout after 200 ms'"
     )

@@ -6,7 +6,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from dispatcher.metrics import _LAG_BUCKETS, _LATENCY_BUCKETS, BatchHistogram
+from dispatcher.metrics import (
+    _LAG_BUCKETS,
+    _LATENCY_BUCKETS,
+    BatchHistogram,
+    EndpointBatchHistograms,
+)
 
 BOUNDS = st.sampled_from([_LATENCY_BUCKETS, _LAG_BUCKETS])
 VALUES = st.lists(
@@ -45,3 +50,19 @@ def test_batched_histogram_renders_as_prometheus_client_does(
     assert _lines(ours) == _lines(theirs)
     # Sums are added in another order: equal up to rounding.
     assert abs(_sum(ours) - _sum(theirs)) <= 1e-9 * max(1.0, abs(_sum(theirs)))
+
+
+@given(batches=st.lists(st.lists(st.tuples(st.integers(1, 4), st.floats(0, 100)),
+                                 max_size=30), max_size=4))  # fmt: skip
+def test_per_endpoint_histograms_render_as_labelled_prometheus_client_ones(
+    batches: list[list[tuple[int, float]]],
+) -> None:
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    batched = EndpointBatchHistograms("h_seconds", "doc", _LATENCY_BUCKETS, ours)
+    reference = Histogram("h_seconds", "doc", ["endpoint"], buckets=_LATENCY_BUCKETS,
+                          registry=theirs)  # fmt: skip
+    for batch in batches:
+        batched.observe_many(batch)
+        for endpoint, v in batch:
+            reference.labels(str(endpoint)).observe(v)
+    assert sorted(_lines(ours)) == sorted(_lines(theirs))
