@@ -52,6 +52,13 @@ def valid_tracestate(value: Any) -> str | None:
     return value.strip()
 
 
+def trace_context(traceparent: Any, tracestate: Any) -> tuple[str | None, str | None]:
+    """A producer's (traceparent, tracestate) as stored: each valid or
+    None, and no tracestate without a traceparent."""
+    parent = valid_traceparent(traceparent)
+    return parent, None if parent is None else valid_tracestate(tracestate)
+
+
 def child_traceparent(parent: str) -> str:
     """The same trace, a new span (this attempt's): version 00."""
     return f"00-{parent[3:35]}-{os.urandom(8).hex()}-{parent[-2:]}"
@@ -78,24 +85,25 @@ def excerpt(body: bytes) -> str:
 
 def encode(
     *,
-    dns_ms: float | None,
-    connect_ms: float | None,
-    tls_ms: float | None,
-    ttfb_ms: float | None,
-    total_ms: float,
+    dns_s: float | None,
+    connect_s: float | None,
+    tls_s: float | None,
+    ttfb_s: float | None,
+    total_s: float,
     remote_addr: str | None = None,
     headers: list[list[str]] | None = None,
     body: str | None = None,
     request_url: str | None = None,
     span_id: str | None = None,
 ) -> bytes:
-    """One attempt's record, as stored."""
+    """One attempt's record, as stored (the phases given in seconds, kept
+    in milliseconds)."""
     timings = {
-        "dns": _ms(dns_ms),
-        "connect": _ms(connect_ms),
-        "tls": _ms(tls_ms),
-        "ttfb": _ms(ttfb_ms),
-        "total": _ms(total_ms),
+        "dns": _ms(dns_s),
+        "connect": _ms(connect_s),
+        "tls": _ms(tls_s),
+        "ttfb": _ms(ttfb_s),
+        "total": _ms(total_s),
     }
     doc: dict[str, Any] = {
         "timings_ms": timings,
@@ -110,8 +118,8 @@ def encode(
     return orjson.dumps(doc)
 
 
-def _ms(value: float | None) -> float | None:
-    return None if value is None else round(value, 1)
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)
 
 
 EMPTY_TIMINGS = {"dns": None, "connect": None, "tls": None, "ttfb": None, "total": None}

@@ -134,6 +134,7 @@ class AttemptResult:
     # (connect, first byte) in seconds, for the metrics; connect None on a
     # reused connection; None when no answer came.
     timing: tuple[float | None, float] | None = None
+    remote_addr: str | None = None  # who answered (for a span; the record has it too)
 
 
 @dataclass(slots=True)

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from dispatcher.core.attemptdetail import valid_traceparent, valid_tracestate
+from dispatcher.core.attemptdetail import trace_context
 from dispatcher.core.errors import BadInput, NotFound, Throttled
 from dispatcher.db import Conn, applications, catalog
 from dispatcher.ops.eventtypes import validate_events, validate_payload
@@ -67,8 +67,7 @@ async def enqueue(
     app = _app(app)
     await validate_payload(conn, app, event_type, text, endpoint_id=endpoint_id)
     when = _schedule(deliver_at, delay_s, hold)
-    parent = valid_traceparent(traceparent)
-    state = valid_tracestate(tracestate) if parent is not None else None
+    parent, state = trace_context(traceparent, tracestate)
     ids = await catalog.enqueue(conn, event_type, text, event_id, endpoint_id, app, **when,
                                 traceparent=parent, tracestate=state)  # fmt: skip
     return {"event_id": event_id, "deliveries": ids}
@@ -155,8 +154,7 @@ async def enqueue_event(
     if within_quota:
         await take_event_quota(conn, app, 1, endpoint)
     await validate_payload(conn, app, event_type, payload, endpoint_id=endpoint)
-    parent = valid_traceparent(trace[0])
-    state = valid_tracestate(trace[1]) if parent is not None else None
+    parent, state = trace_context(*trace)
     ids = await catalog.enqueue(conn, event_type, payload, event_id, endpoint, app, **when,
                                 traceparent=parent, tracestate=state)  # fmt: skip
     return {"event_id": event_id, "deliveries": ids}

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from dispatcher.core.attemptdetail import valid_traceparent, valid_tracestate
+from dispatcher.core.attemptdetail import trace_context
 from dispatcher.core.errors import BadInput, Conflict, Forbidden, NotFound
 from dispatcher.db import Conn
 from dispatcher.db import svix as store
@@ -233,8 +233,7 @@ async def send_message(
         )  # fmt: skip
         if row is None:
             raise Conflict(f"a message with eventId {msg_id} already exists")
-        parent = valid_traceparent(trace[0])
-        state = valid_tracestate(trace[1]) if parent is not None else None
+        parent, state = trace_context(*trace)
         await store.enqueue_message(
             conn, app, event_type, text, msg_id, channels, deliver_at, parent, state
         )

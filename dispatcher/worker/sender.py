@@ -308,7 +308,7 @@ class Sender:
                 got = attemptdetail.redact_headers(resp.headers.items())
                 remote = _peer(resp)
                 try:
-                    answer = await self._drain(resp, keep=True)
+                    answer = await self._drain(resp)
                 except (aiohttp.ClientError, OSError, TimeoutError):
                     # The status line arrived in time: that is the answer.
                     # A body cut short after a 2xx is still a delivery
@@ -342,9 +342,8 @@ class Sender:
             shown.append(answer)
         detail = _record(phases, ttfb, t0, remote=remote, headers=got, body=answer, fired=fired,
                          span=span)  # fmt: skip
-        # For the per-endpoint histograms (metrics.py): seconds.
-        opened = None if phases[1] is None else max(phases[1] - (phases[0] or 0.0), 0.0)
-        timing = (opened, ttfb)
+        # For the per-endpoint histograms (metrics.py) and the span.
+        timing = (_connect_s(phases), ttfb)
         verdict = classify_status(status)
         if verdict is Verdict.SUCCESS:
             if wire.success is not None and not body_matches(wire.success, answer):
@@ -356,10 +355,10 @@ class Sender:
                     error="response did not match success_body",
                     detail=detail,
                     timing=timing,
+                    remote_addr=remote,
                 )
-            return AttemptResult(
-                verdict=verdict, status_code=status, response_ms=ms, detail=detail, timing=timing
-            )
+            return AttemptResult(verdict=verdict, status_code=status, response_ms=ms,
+                                 detail=detail, timing=timing, remote_addr=remote)  # fmt: skip
         wait = parse_retry_after(retry_after, now) if status in (429, 503) else None
         return AttemptResult(
             verdict=verdict,
@@ -371,12 +370,13 @@ class Sender:
             overloaded=status in (429, 503),
             detail=detail,
             timing=timing,
+            remote_addr=remote,
         )
 
-    async def _drain(self, resp: aiohttp.ClientResponse, *, keep: bool = False) -> bytes:
+    async def _drain(self, resp: aiohttp.ClientResponse) -> bytes:
         # Up to the cap, so a small body leaves the connection reusable; a
         # bigger one is abandoned and the connection closed on release.
-        # Kept (for --success-body) only when asked.
+        # Kept: --success-body matches it, the attempt's record keeps its start.
         left = self._body_cap
         kept: list[bytes] = []
         while left > 0:
@@ -384,8 +384,7 @@ class Sender:
             if not chunk:
                 break
             left -= len(chunk)
-            if keep:
-                kept.append(chunk)
+            kept.append(chunk)
         return b"".join(kept)
 
     @staticmethod
@@ -418,6 +417,12 @@ def _peer(resp: aiohttp.ClientResponse) -> str | None:
     return None if not peer else str(peer[0])
 
 
+def _connect_s(phases: list[float | None]) -> float | None:
+    """Opening the connection, less its DNS: None on a reused one."""
+    dns, opened = phases
+    return None if opened is None else max(opened - (dns or 0.0), 0.0)
+
+
 def _record(
     phases: list[float | None],
     ttfb_s: float | None,
@@ -431,14 +436,12 @@ def _record(
 ) -> bytes:
     """The attempt's record (core.attemptdetail): DNS, and the connection
     less its DNS, when this attempt opened one."""
-    dns, opened = phases
-    connect = None if opened is None else max(opened - (dns or 0.0), 0.0)
     return attemptdetail.encode(
-        dns_ms=None if dns is None else dns * 1000,
-        connect_ms=None if connect is None else connect * 1000,
-        tls_ms=None,
-        ttfb_ms=None if ttfb_s is None else ttfb_s * 1000,
-        total_ms=(time.perf_counter() - t0) * 1000,
+        dns_s=phases[0],
+        connect_s=_connect_s(phases),
+        tls_s=None,
+        ttfb_s=ttfb_s,
+        total_s=time.perf_counter() - t0,
         remote_addr=remote,
         headers=headers,
         body=None if body is None else attemptdetail.excerpt(body),

@@ -30,8 +30,6 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
-
 from dispatcher import log
 from dispatcher.core.models import AttemptResult, Delivery, Verdict
 from dispatcher.version import __version__
@@ -121,10 +119,8 @@ class Tracing:
             return
         if result.status_code is not None:
             span.set_attribute("http.response.status_code", result.status_code)
-        if result.detail is not None:
-            peer = orjson.loads(result.detail).get("remote_addr")
-            if peer:
-                span.set_attribute("network.peer.address", peer)
+        if result.remote_addr is not None:
+            span.set_attribute("network.peer.address", result.remote_addr)
         span.set_attribute("dispatcher.verdict", result.verdict.value)
         if result.verdict is not Verdict.SUCCESS:
             error = result.error or (

@@ -40,7 +40,7 @@ def test_headers_are_bounded_and_credentials_never_kept(items: list[tuple[str, s
 
 
 def test_the_record_round_trips_as_the_api_shows_it() -> None:
-    raw = ad.encode(dns_ms=None, connect_ms=1.234, tls_ms=None, ttfb_ms=3.0, total_ms=3.5,
+    raw = ad.encode(dns_s=None, connect_s=0.001234, tls_s=None, ttfb_s=0.003, total_s=0.0035,
                     remote_addr="127.0.0.1", headers=[["x-a", "1"]], body=ad.excerpt(b"\xffok"),
                     request_url="https://p.example/?c=1", span_id="b7ad6b7169203331")  # fmt: skip
     shown = ad.shown(raw, 3)

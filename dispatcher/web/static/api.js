@@ -202,3 +202,17 @@ export const act = fn => async ev => {
     showError(e);
   }
 };
+
+// An attempt's phases (SPEC "Traces and attempt details") as the segments
+// of a bar: [class, share of the total in %, what it says], those that
+// took time only. DNS, connecting, waiting for the first byte, reading the
+// rest. The console's delivery page and the portal draw it alike.
+export function timingParts(t) {
+  if (!t || !t.total) return [];
+  const dns = t.dns || 0, connect = t.connect || 0;
+  const ttfb = t.ttfb === null || t.ttfb === undefined ? t.total : t.ttfb;
+  return [["ph-dns", dns, "DNS"], ["ph-connect", connect, "connect"],
+    ["ph-wait", Math.max(ttfb - dns - connect, 0), "first byte"], ["ph-read", Math.max(t.total - ttfb, 0), "body"]]
+    .filter(([, v]) => v > 0)
+    .map(([cls, v, label]) => [cls, (100 * v / t.total).toFixed(1), `${label} ${ms(v)}`]);
+}

@@ -2,7 +2,7 @@
 // enqueued), to which endpoint, each attempt's result, and a replay when
 // it gave up. The payload is shown to the operator only, never logged.
 import { get, post, act, loadEndpoints, endpointLink, esc, num, ms, when, ago, statusPill, result, table,
-  attemptBudget, earlierAttempts } from "./api.js";
+  attemptBudget, earlierAttempts, timingParts } from "./api.js";
 
 function skeleton(id) {
   return `
@@ -60,23 +60,16 @@ export function render(root, idText) {
   return { refresh, every: () => (last && ["delivered", "dead_letter"].includes(last.status) ? 10000 : 1500) };
 }
 
-// The phases of one attempt as a bar: DNS, connecting, waiting for the
-// first byte, reading the rest (SPEC "Traces and attempt details").
-const PHASES = [["dns", "DNS"], ["connect", "connect"], ["wait", "first byte"], ["read", "body"]];
-
-export function timingBar(t) {
-  if (!t || !t.total) return "";
-  const dns = t.dns || 0, connect = t.connect || 0;
-  const ttfb = t.ttfb === null || t.ttfb === undefined ? t.total : t.ttfb;
-  const parts = { dns, connect, wait: Math.max(ttfb - dns - connect, 0), read: Math.max(t.total - ttfb, 0) };
-  const segments = PHASES.filter(([k]) => parts[k] > 0).map(([k, label]) =>
-    `<span class="ph-${k}" data-w="${(100 * parts[k] / t.total).toFixed(1)}" title="${label} ${ms(parts[k])}"></span>`).join("");
-  const said = PHASES.filter(([k]) => parts[k] > 0).map(([k, label]) => `${label} ${ms(parts[k])}`).join(" · ");
+function timingBar(t) {
+  const parts = timingParts(t);
+  if (!parts.length) return "";
+  const said = parts.map(([, , what]) => what).join(" · ");
+  const segments = parts.map(([cls, width, what]) => `<span class="${cls}" data-w="${width}" title="${esc(what)}"></span>`).join("");
   return `<div class="timing" role="img" aria-label="${esc(said)}">${segments}</div><p class="dim">${esc(said)} · total ${ms(t.total)}</p>`;
 }
 
 // Widths set through the CSSOM: the pages' CSP allows no inline style.
-export function sizeBars(root) {
+function sizeBars(root) {
   for (const s of root.querySelectorAll(".timing span[data-w]")) s.style.width = `${s.dataset.w}%`;
 }
 

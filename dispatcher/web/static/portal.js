@@ -5,7 +5,7 @@
 // token the server wrote into the page. Everything the API answers is put on
 // the page as text (textContent), never as markup. The page polls every 2 s
 // while it is visible, and at once after each action.
-import { client, SignedOut, endpointName, ms, when, result } from "./api.js";
+import { client, SignedOut, endpointName, ms, when, result, timingParts } from "./api.js";
 
 const POLL_MS = 2000;
 const LIMIT = 50;
@@ -428,18 +428,14 @@ function attemptList(d) {
 
 // An attempt's phases as a bar (the console's delivery page draws the same).
 function timing(t) {
-  if (!t || !t.total) return null;
-  const dns = t.dns || 0, connect = t.connect || 0;
-  const ttfb = t.ttfb === null || t.ttfb === undefined ? t.total : t.ttfb;
-  const parts = [["dns", dns, "DNS"], ["connect", connect, "connect"],
-    ["wait", Math.max(ttfb - dns - connect, 0), "first byte"], ["read", Math.max(t.total - ttfb, 0), "body"]]
-    .filter(([, v]) => v > 0);
-  const said = parts.map(([, v, label]) => `${label} ${ms(v)}`).join(" · ");
+  const parts = timingParts(t);
+  if (!parts.length) return null;
+  const said = parts.map(([, , what]) => what).join(" · ");
   // Widths through the CSSOM: the portal's CSP allows no inline style.
   return el("span", { class: "timing", role: "img", "aria-label": said, title: said },
-    ...parts.map(([k, v]) => {
-      const seg = el("span", { class: `ph-${k}` });
-      seg.style.width = `${(100 * v / t.total).toFixed(1)}%`;
+    ...parts.map(([cls, width]) => {
+      const seg = el("span", { class: cls });
+      seg.style.width = `${width}%`;
       return seg;
     }));
 }
