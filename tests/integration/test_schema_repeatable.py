@@ -22,6 +22,7 @@ import asyncpg
 import pytest
 
 from dispatcher import db
+from dispatcher.db import migrator
 from dispatcher.db.embedded import with_database
 from tests.releases import archived, build_release
 
@@ -125,7 +126,8 @@ def functions_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     with as_file(files("dispatcher.schema").joinpath("functions")) as shipped:
         shutil.copytree(shipped, folder)
     package: Callable[..., list[tuple[str, str]]] = db.repeatables
-    monkeypatch.setattr(db, "repeatables", lambda: package(folder))
+    # The runner's own name for it (db/migrator.py; db re-exports it).
+    monkeypatch.setattr(migrator, "repeatables", lambda: package(folder))
     yield folder
 
 

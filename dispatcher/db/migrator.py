@@ -1,0 +1,216 @@
+"""The migration runner: numbered migrations (tables and data, each applied
+once, in order, under an advisory lock) and the repeatable files of
+schema/functions/ (functions and triggers, applied again whenever their
+text changes, stale overloads dropped), and whether a database is current.
+
+Part of the data-access layer (dispatcher.db re-exports its names).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import re
+from collections.abc import Awaitable, Callable
+from importlib.resources.abc import Traversable
+from pathlib import Path
+
+import asyncpg
+
+from dispatcher.core.errors import BadInput, OperationalError
+from dispatcher.core.shaping import compile_success_body
+from dispatcher.db import MIGRATION_LOCK, Conn
+
+_MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
+_REPEATABLE_NAME = re.compile(r"^[a-z0-9_]+\.sql$")
+# How applied repeatable files are named in what migrate() returns.
+REPEATABLE_PREFIX = "functions/"
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    found = []
+    for entry in importlib.resources.files("dispatcher.schema").iterdir():
+        m = _MIGRATION_NAME.match(entry.name)
+        if m:
+            found.append((int(m.group(1)), entry.name, entry.read_text()))
+    if not found:  # pragma: no cover - a broken install
+        raise OperationalError(f"no migrations found in {Path(__file__).parent / 'schema'}")
+    return sorted(found)
+
+
+def repeatables(folder: Traversable | None = None) -> list[tuple[str, str]]:
+    """The repeatable files, (name, text) in name order: schema/functions/
+    unless `folder` names another (the tests' edited copies)."""
+    if folder is None:
+        folder = importlib.resources.files("dispatcher.schema").joinpath("functions")
+    found = [(e.name, e.read_text()) for e in folder.iterdir() if _REPEATABLE_NAME.match(e.name)]
+    if not found:  # pragma: no cover - a broken install
+        raise OperationalError(f"no function files found in {folder}")
+    return sorted(found)
+
+
+def _checksum(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def has_statements(sql: str) -> bool:
+    """More than comments (015 is comments alone): asyncpg fails on those."""
+    return bool(re.sub(r"--[^\n]*", "", sql).strip())
+
+
+async def _set_aside_patterns(conn: Conn) -> None:
+    """After 009: success_body patterns are RE2 from now on. An endpoint
+    whose pattern RE2 cannot compile (lookaround, backreferences) is
+    disabled with the reason, rather than dead-lettering its deliveries:
+    its queued rows wait until the pattern is fixed and it is enabled."""
+    rows = await conn.fetch(
+        "SELECT id, success_body FROM endpoints"
+        " WHERE success_body IS NOT NULL AND deleted_at IS NULL"
+    )
+    for r in rows:
+        try:
+            compile_success_body(r["success_body"])
+        except BadInput:
+            await conn.execute(
+                "UPDATE endpoints SET enabled = false, disabled_reason = $2, updated_at = now()"
+                " WHERE id = $1",
+                r["id"],
+                UNUSABLE_PATTERN,
+            )
+
+
+UNUSABLE_PATTERN = "success_body is not RE2 syntax: fix it, then enable the endpoint"
+# Steps a migration needs that SQL cannot take, run in its transaction.
+AFTER: dict[int, Callable[[Conn], Awaitable[None]]] = {9: _set_aside_patterns}
+
+# The schema's functions, each with its row version: CREATE OR REPLACE
+# writes a new one (xmin, ctid) even for an unchanged definition. Compared
+# before and after, not with pg_current_xact_id(): in a savepoint, xmin is
+# the subtransaction's.
+_FUNCTION_ROWS = """
+SELECT p.oid, p.proname, p.oid::regprocedure::text AS signature, p.xmin::text || p.ctid::text AS v
+FROM pg_proc p WHERE p.pronamespace = current_schema()::regnamespace
+"""
+
+
+async def _apply_repeatables(conn: Conn, files: list[tuple[str, str]]) -> None:
+    """Runs every repeatable file in one transaction, then drops the stale
+    overloads: those of a name the files define, in a form they no longer
+    define. A name they stopped defining is a numbered migration's to drop."""
+    async with conn.transaction():
+        before = {r["oid"]: r["v"] for r in await conn.fetch(_FUNCTION_ROWS)}
+        for _, sql in files:
+            await conn.execute(sql)
+        after = await conn.fetch(_FUNCTION_ROWS)
+        touched = {r["proname"] for r in after if before.get(r["oid"]) != r["v"]}
+        for r in after:
+            if r["proname"] in touched and before.get(r["oid"]) == r["v"]:
+                # No CASCADE: what still uses it stops the migration, named.
+                await conn.execute(f"DROP FUNCTION {r['signature']}")
+        await conn.execute(
+            "DELETE FROM dispatcher_repeatables WHERE NOT name = ANY($1::text[])",
+            [name for name, _ in files],
+        )
+        await conn.executemany(
+            "INSERT INTO dispatcher_repeatables (name, checksum) VALUES ($1, $2)"
+            " ON CONFLICT (name) DO UPDATE"
+            " SET checksum = EXCLUDED.checksum, applied_at = now()",
+            [(name, _checksum(sql)) for name, sql in files],
+        )
+
+
+async def _stored_checksums(conn: Conn) -> dict[str, str]:
+    rows = await conn.fetch("SELECT name, checksum FROM dispatcher_repeatables")
+    return {r["name"]: r["checksum"] for r in rows}
+
+
+def _changed(files: list[tuple[str, str]], stored: dict[str, str]) -> bool:
+    return any(stored.get(name) != _checksum(sql) for name, sql in files)
+
+
+# Days of the attempt log made ahead of today (schema 023): a worker that
+# was down for a day or two still finds its day's partition (else the
+# default partition takes the rows, and the day takes them along later).
+ATTEMPT_DAYS_AHEAD = 3
+
+
+async def migrate(conn: Conn) -> list[str]:
+    """Applies the pending numbered migrations, each once and in its own
+    transaction; then, when one was applied or a repeatable file's text
+    changed, all the repeatable files again, in one transaction (a table
+    change can take with it what depends on it: a dropped table its
+    triggers, a DROP ... CASCADE what it reached). Returns what it applied:
+    migration names, then the repeatable files as "functions/NAME".
+    Several processes may call it at once.
+
+    A database a later release migrated (it has a numbered migration this
+    one does not know) keeps its functions: these files are older, and
+    would take back what the later code calls. Between two releases with
+    the same numbered migrations it cannot tell: it applies its own."""
+    applied_now: list[str] = []
+    # A session lock, held across the transactions, serialises concurrent
+    # migrators; the second one finds everything applied.
+    await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK)
+    try:
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS dispatcher_migrations ("
+            " version integer PRIMARY KEY, name text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS dispatcher_repeatables ("
+            " name text PRIMARY KEY, checksum text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        done = {r["version"] for r in await conn.fetch("SELECT version FROM dispatcher_migrations")}
+        for version, name, sql in migrations():
+            if version in done:
+                continue
+            async with conn.transaction():
+                if has_statements(sql):
+                    await conn.execute(sql)
+                if version in AFTER:
+                    await AFTER[version](conn)
+                await conn.execute(
+                    "INSERT INTO dispatcher_migrations (version, name) VALUES ($1, $2)",
+                    version,
+                    name,
+                )
+            applied_now.append(name)
+        if _ahead(done):
+            return applied_now
+        files = repeatables()
+        if applied_now or _changed(files, await _stored_checksums(conn)):
+            await _apply_repeatables(conn, files)
+            applied_now += [REPEATABLE_PREFIX + name for name, _ in files]
+        # The attempt log's days (schema 023), so a fresh database's first
+        # attempts land in their day; maintenance keeps them coming.
+        await conn.execute("SELECT dispatcher_attempt_partitions($1, NULL)", ATTEMPT_DAYS_AHEAD)
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
+    return applied_now
+
+
+def _ahead(done: set[int]) -> bool:
+    """Whether a later release migrated the database."""
+    return bool(done - {v for v, _, _ in migrations()})
+
+
+async def migrations_current(conn: Conn) -> bool:
+    """Every numbered migration applied and every repeatable file applied
+    as its text is now, unless a later release migrated the database (then
+    its functions are the ones to keep, as migrate does). Rows of files
+    this release does not have are not asked about."""
+    try:
+        done = {r["version"] for r in await conn.fetch("SELECT version FROM dispatcher_migrations")}
+        stored = await _stored_checksums(conn)
+    except asyncpg.UndefinedTableError:
+        return False
+    if not all(v in done for v, _, _ in migrations()):
+        return False
+    return _ahead(done) or not _changed(repeatables(), stored)
+
+
+async def require_schema(conn: Conn) -> None:
+    if not await migrations_current(conn):
+        raise OperationalError("the database is not migrated: run `dispatcher migrate` first")
