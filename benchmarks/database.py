@@ -166,7 +166,7 @@ async def db_results(url: str, endpoint_ids: list[int] | None = None) -> dict[st
 
 
 BULK_SQL = """
-INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload)
+INSERT INTO webhook_live (endpoint_id, event_id, event_type, payload)
 SELECT e.ids[1 + n % cardinality(e.ids)], $2 || n, $3, $4::json
 FROM (SELECT $1::bigint[] AS ids) e, generate_series(0, $5 - 1) AS n
 """
@@ -184,7 +184,7 @@ async def bulk_queue(
     try:
         t0 = time.perf_counter()
         await conn.execute(BULK_SQL, endpoint_ids, prefix, event_type, payload, events)
-        await conn.execute("ANALYZE webhook_queue")
+        await conn.execute("ANALYZE webhook_live")
         took = time.perf_counter() - t0
         with contextlib.suppress(asyncpg.InsufficientPrivilegeError):
             await conn.execute("CHECKPOINT")

@@ -1,7 +1,7 @@
 """Producers as users run them: asyncpg connections, each committing one
 event per transaction through `dispatcher_enqueue`; the plain-INSERT
-reference (a copy of webhook_queue with the same indexes, no trigger, no
-function); paced load for the soak; and the idle-wake samples.
+reference (a copy of the queue's table, webhook_live, with the same
+indexes, no trigger, no function); paced load for the soak; and the idle-wake samples.
 
 The producer side of the bench database (database.py reads results back):
 it writes rows the way an application would, and times the commits.
@@ -43,9 +43,9 @@ async def close_all(conns: Sequence[asyncpg.Connection]) -> None:
 
 
 async def create_plain_copy(conn: asyncpg.Connection) -> None:
-    """webhook_queue's columns, defaults and indexes; no trigger, no foreign key."""
+    """webhook_live's columns, defaults and indexes; no trigger, no foreign key."""
     await conn.execute(f"DROP TABLE IF EXISTS {PLAIN_TABLE}")
-    await conn.execute(f"CREATE TABLE {PLAIN_TABLE} (LIKE webhook_queue INCLUDING ALL)")
+    await conn.execute(f"CREATE TABLE {PLAIN_TABLE} (LIKE webhook_live INCLUDING ALL)")
 
 
 async def burst(

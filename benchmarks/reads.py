@@ -66,7 +66,7 @@ async def _fill(conn: asyncpg.Connection, rows: int, samples: int) -> None:
     )
     # Oldest first, as a queue fills: ids grow with time.
     await conn.execute(
-        "INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload, status,"
+        "INSERT INTO webhook_live (endpoint_id, event_id, event_type, payload, status,"
         " attempt_count, created_at, delivered_at, updated_at, last_status_code,"
         " last_response_ms, last_error)"
         " SELECT 1 + g % $1, 'h' || g, 't', '{\"n\": 1}',"
@@ -81,7 +81,7 @@ async def _fill(conn: asyncpg.Connection, rows: int, samples: int) -> None:
         rows,
     )
     await conn.execute(
-        "INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload)"
+        "INSERT INTO webhook_live (endpoint_id, event_id, event_type, payload)"
         " SELECT 1 + g % $1, 'p' || g, 't', '{\"n\": 1}' FROM generate_series(1, $2) g",
         ENDPOINTS,
         PENDING,

@@ -7,7 +7,7 @@ delivers it all; capacity = events / the longer of the two. Then a steady
 offered load of half that (or --rate), from --producers connections, one
 event per transaction through `dispatcher_enqueue`, for --minutes. Every
 --sample-s (60): the created -> delivered lag p50/p99 of the rows delivered
-in that interval, the worker's RSS, webhook_queue's heap and index sizes,
+in that interval, the worker's RSS, webhook_live's heap and index sizes,
 its dead rows and the vacuum / autovacuum counts from pg_stat_user_tables.
 
 Writes soak.json (everything), soak.csv (one row per interval) and soak.png
@@ -94,7 +94,7 @@ def _worker_pid(pids: list[int]) -> int | None:
 
 def _row(t_s: float, offered: int, win: dict[str, Any], rss: float | None,
          tbl: dict[str, dict[str, int]]) -> dict[str, Any]:  # fmt: skip
-    q = tbl.get("webhook_queue", {})
+    q = tbl.get("webhook_live", {})
     lat = tbl.get("endpoint_latency", {})
     return {
         "t_min": round(t_s / 60, 2),
@@ -134,11 +134,11 @@ def chart(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     a = ax[1][0]
     a.plot(t, [r["queue_heap_mb"] for r in rows], marker="o", label="heap")
     a.plot(t, [r["queue_index_mb"] for r in rows], marker="o", label="indexes")
-    a.set_title("webhook_queue size (MB)")
+    a.set_title("webhook_live size (MB)")
     a.legend()
     a = ax[1][1]
     a.plot(t, [r["queue_dead"] for r in rows], marker="o", color="tab:red", label="dead rows")
-    a.set_title("webhook_queue dead rows; vacuums")
+    a.set_title("webhook_live dead rows; vacuums")
     b = a.twinx()
     b.step(t, [r["queue_vacuums"] for r in rows], where="post", color="tab:gray",
            label="vacuums (ours)")  # fmt: skip

@@ -1,6 +1,6 @@
 """What a soak samples from the bench database each interval: the lag of the
-rows delivered in it, the sizes of webhook_queue and its indexes, dead rows
-and vacuum counts (pg_stat_user_tables), and the server's autovacuum
+rows delivered in it, the sizes of webhook_live (the queue's table) and its
+indexes, dead rows and vacuum counts (pg_stat_user_tables), and the server's autovacuum
 setting. Reads only; the soak decides what to do with the figures.
 """
 
@@ -27,7 +27,7 @@ SELECT s.relname AS table, s.n_live_tup AS live, s.n_dead_tup AS dead,
        pg_indexes_size(s.relid) AS index_bytes,
        pg_total_relation_size(s.relid) AS total_bytes
 FROM pg_stat_user_tables s
-WHERE s.relname IN ('webhook_queue', 'endpoint_latency')
+WHERE s.relname IN ('webhook_live', 'endpoint_latency')
 """
 
 

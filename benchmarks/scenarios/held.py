@@ -29,7 +29,7 @@ TARGET_RATIO = 0.95
 BLOCK = ("none", "held", "held", "none")
 
 HOLD_SQL = """
-INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload, status)
+INSERT INTO webhook_live (endpoint_id, event_id, event_type, payload, status)
 SELECT $1, 'held-' || g, 'bench.held', '{"click_id":"c","status":"approved"}', 'held'
 FROM generate_series(1, $2) g
 """
@@ -42,7 +42,7 @@ def _backlog(bench: Bench, endpoint: EndpointDef, rows: int) -> Callable[[], Awa
             if rows:
                 progress(f"held: writing {rows:,} held rows")
                 await conn.execute(HOLD_SQL, endpoint.id, rows, timeout=3600)
-            await conn.execute("VACUUM ANALYZE webhook_queue", timeout=3600)
+            await conn.execute("VACUUM ANALYZE webhook_live", timeout=3600)
             with contextlib.suppress(asyncpg.InsufficientPrivilegeError):
                 await conn.execute("CHECKPOINT")
         finally:

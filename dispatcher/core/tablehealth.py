@@ -1,6 +1,6 @@
 """Whether a hot table needs a VACUUM from us: a pure decision.
 
-Every delivery leaves two or three dead row versions in webhook_queue (the
+Every delivery leaves two or three dead row versions in webhook_live (the
 claim and the outcome are updates) and retention deletes the rest; the
 attempt log's default partition is pruned by delete too. Autovacuum cleans that up where it runs,
 but it may be off for the server (as on the machines the soak ran on) or
@@ -17,9 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The tables maintenance looks after: the only names VACUUM is ever run on.
-# The attempt log's days are insert-only and dropped whole (schema 023):
-# only its default partition is pruned by delete.
-HOT_TABLES = ("webhook_queue", "endpoint_latency_default")
+# The queue's table (schema 025: `webhook_queue` is a view over it). The
+# attempt log's days are insert-only and dropped whole (schema 023): only
+# its default partition is pruned by delete.
+HOT_TABLES = ("webhook_live", "endpoint_latency_default")
 
 # Vacuum when dead rows pass BASE + SCALE x live rows (autovacuum's shape;
 # schema 005 sets the same order of thresholds for autovacuum).

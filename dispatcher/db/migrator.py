@@ -79,6 +79,11 @@ async def _set_aside_patterns(conn: Conn) -> None:
             )
 
 
+# A numbered migration that changes what the functions name (schema 025
+# renames the queue's table) says so on a line of its own: the functions
+# are applied again inside its transaction, not in the next one.
+WITH_FUNCTIONS = "-- migrate: with functions"
+
 UNUSABLE_PATTERN = "success_body is not RE2 syntax: fix it, then enable the endpoint"
 # Steps a migration needs that SQL cannot take, run in its transaction.
 AFTER: dict[int, Callable[[Conn], Awaitable[None]]] = {9: _set_aside_patterns}
@@ -128,10 +133,22 @@ def _changed(files: list[tuple[str, str]], stored: dict[str, str]) -> bool:
     return any(stored.get(name) != _checksum(sql) for name, sql in files)
 
 
-# Days of the attempt log made ahead of today (schema 023): a worker that
-# was down for a day or two still finds its day's partition (else the
-# default partition takes the rows, and the day takes them along later).
-ATTEMPT_DAYS_AHEAD = 3
+# Days of the attempt log (schema 023) and of the payload store (025) made
+# ahead of today: a worker that was down for a day or two still finds its
+# day's partition (else the default partition takes the rows, and the day
+# takes them along later).
+DAYS_AHEAD = 3
+
+
+def day_partitioned(
+    attempts_s: float | None, payload_s: float | None
+) -> list[tuple[str, str, float | None]]:
+    """The tables partitioned by day: (table, its time column, how long
+    its days are kept, None: forever)."""
+    return [
+        ("endpoint_latency", "measured_at", attempts_s),
+        ("event_payloads", "created_at", payload_s),
+    ]
 
 
 async def migrate(conn: Conn) -> list[str]:
@@ -171,6 +188,10 @@ async def migrate(conn: Conn) -> list[str]:
                     await conn.execute(sql)
                 if version in AFTER:
                     await AFTER[version](conn)
+                if WITH_FUNCTIONS in sql and not _ahead(done):
+                    # What the change renames, the functions must name in
+                    # the same commit: producers call them meanwhile.
+                    await _apply_repeatables(conn, repeatables())
                 await conn.execute(
                     "INSERT INTO dispatcher_migrations (version, name) VALUES ($1, $2)",
                     version,
@@ -183,9 +204,12 @@ async def migrate(conn: Conn) -> list[str]:
         if applied_now or _changed(files, await _stored_checksums(conn)):
             await _apply_repeatables(conn, files)
             applied_now += [REPEATABLE_PREFIX + name for name, _ in files]
-        # The attempt log's days (schema 023), so a fresh database's first
-        # attempts land in their day; maintenance keeps them coming.
-        await conn.execute("SELECT dispatcher_attempt_partitions($1, NULL)", ATTEMPT_DAYS_AHEAD)
+        # The days (schema 023, 025), so a fresh database's first attempts
+        # and payloads land in their day; maintenance keeps them coming.
+        for parent, column, _ in day_partitioned(None, None):
+            await conn.execute(
+                "SELECT dispatcher_day_partitions($1, $2, $3, NULL)", parent, column, DAYS_AHEAD
+            )
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
     return applied_now

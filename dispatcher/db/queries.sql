@@ -13,14 +13,14 @@ WITH budget AS (
     SELECT q.id, b.lease_s
     FROM budget b
     CROSS JOIN LATERAL (
-        SELECT w.id FROM webhook_queue w
+        SELECT w.id FROM webhook_live w
         WHERE w.endpoint_id = b.endpoint_id
           AND w.status IN ('pending', 'failed', 'in_flight')
           AND w.next_attempt_at <= now()
           -- FIFO: only the head of its lane (no earlier live row of the
           -- same key), whichever worker or host holds the earlier one.
           AND (w.order_key IS NULL OR NOT EXISTS (
-                SELECT 1 FROM webhook_queue h
+                SELECT 1 FROM webhook_live h
                 WHERE h.endpoint_id = w.endpoint_id AND h.order_key = w.order_key
                   AND h.status IN ('pending', 'failed', 'in_flight') AND h.id < w.id))
         ORDER BY w.next_attempt_at
@@ -29,14 +29,19 @@ WITH budget AS (
     ) q
     LIMIT $4
 )
-UPDATE webhook_queue w
+UPDATE webhook_live w
 SET status = 'in_flight',
     next_attempt_at = now() + make_interval(secs => picked.lease_s),
     locked_by = $5,
     updated_at = now()
 FROM picked
 WHERE w.id = picked.id
-RETURNING w.id, w.endpoint_id, w.event_id, w.payload::text AS payload,
+-- The payload inline, else the event's one copy (schema 025): only fan-out
+-- rows pay the lookup, in one day of event_payloads.
+RETURNING w.id, w.endpoint_id, w.event_id,
+          coalesce(w.payload, (SELECT p.body FROM event_payloads p
+                               WHERE p.id = w.payload_id AND p.created_at = w.payload_at))::text
+              AS payload,
           w.attempt_count, w.max_attempts, w.event_type, w.traceparent, w.tracestate;
 
 -- name: record_outcomes
@@ -53,7 +58,7 @@ WITH o AS (
         AS o(id, endpoint_id, status, delay_s, spent, status_code, response_ms, error, attempt,
              detail)
 ), upd AS (
-    UPDATE webhook_queue w
+    UPDATE webhook_live w
     SET status = CASE WHEN o.status = 'pending' AND w.attempt_count > 0 THEN 'failed'
                       ELSE o.status END,
         attempt_count = w.attempt_count + o.spent::int,
@@ -120,13 +125,13 @@ WITH o AS (
     SELECT DISTINCT ON (id) * FROM o ORDER BY id, seq DESC
 ), due AS (
     SELECT w.id, w.attempt_count AS before
-    FROM webhook_queue w JOIN latest l ON l.id = w.id
+    FROM webhook_live w JOIN latest l ON l.id = w.id
     WHERE w.status IN ('pending', 'failed', 'in_flight')
       AND w.attempt_count <= l.attempt
       AND (w.status <> 'in_flight' OR w.locked_by = $11 OR w.next_attempt_at <= now())
     FOR UPDATE OF w
 ), upd AS (
-    UPDATE webhook_queue w
+    UPDATE webhook_live w
     SET status = CASE WHEN l.status = 'pending' AND l.attempt + l.spent::int > 0 THEN 'failed'
                       ELSE l.status END,
         attempt_count = l.attempt + l.spent::int,
@@ -315,12 +320,14 @@ CREATE TEMP TABLE dispatcher_stage (
 ) ON COMMIT DROP;
 
 -- name: fan_out_staged
-WITH ins AS (
+-- A line reaching more than one endpoint stores its payload once (schema
+-- 025, as dispatcher_enqueue_app does): its id taken from the sequence
+-- here, so the rows can name it in the same statement.
+WITH target AS MATERIALIZED (
     -- Filters and FIFO lanes as dispatcher_enqueue decides them (007).
-    INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload, max_attempts,
-                               order_key)
-    SELECT e.id, s.event_id, s.event_type, s.payload::json, e.max_attempts,
-           dispatcher_order_key(e.ordering, e.ordering_key, s.payload::json)
+    SELECT s.ctid AS line, e.id AS endpoint_id, e.max_attempts, s.event_id, s.event_type,
+           s.payload,
+           dispatcher_order_key(e.ordering, e.ordering_key, s.payload::json) AS order_key
     FROM dispatcher_stage s
     -- A line without an application is the default's; one with an endpoint
     -- id goes to that endpoint (the caller checked it is the line's application's).
@@ -331,6 +338,20 @@ WITH ins AS (
              -- No channels on a line: endpoints listening to channels only skip it.
              AND e.channels IS NULL
         ELSE e.id = s.endpoint_id END
+), shared AS MATERIALIZED (
+    SELECT line, nextval('event_payloads_id_seq') AS payload_id
+    FROM target GROUP BY line HAVING count(*) > 1
+), stored AS (
+    INSERT INTO event_payloads (id, created_at, body)
+    SELECT sh.payload_id, now(), s.payload::json
+    FROM shared sh JOIN dispatcher_stage s ON s.ctid = sh.line
+), ins AS (
+    INSERT INTO webhook_live (endpoint_id, event_id, event_type, payload, max_attempts,
+                              order_key, payload_id, payload_at)
+    SELECT t.endpoint_id, t.event_id, t.event_type,
+           CASE WHEN sh.payload_id IS NULL THEN t.payload::json END, t.max_attempts,
+           t.order_key, sh.payload_id, CASE WHEN sh.payload_id IS NOT NULL THEN now() END
+    FROM target t LEFT JOIN shared sh ON sh.line = t.line
     ON CONFLICT (endpoint_id, event_id) DO NOTHING
     RETURNING 1
 )
@@ -357,7 +378,7 @@ SELECT dispatcher_enqueue_app(
 -- name: event_applications
 -- By the (event_id, endpoint_id) unique index. $2 (a caller scoped to an
 -- application): the operator's ops deliveries are no tenant's (018).
-SELECT DISTINCT e.application_id FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
+SELECT DISTINCT e.application_id FROM webhook_live q JOIN endpoints e ON e.id = q.endpoint_id
 WHERE q.event_id = $1 AND (NOT $2::boolean OR e.ops_scope IS DISTINCT FROM 'operator')
 ORDER BY 1;
 
@@ -368,9 +389,14 @@ SELECT dispatcher_release_event($1, $2);
 SELECT dispatcher_cancel_event($1, $2, $3);
 
 -- name: enqueue_message
+-- The deliveries reference the message's payload (svix_message_insert):
+-- one copy for the message and all its endpoints.
 SELECT dispatcher_enqueue_app($1, $2, $3::json, $4, channels => $5::text[],
                               deliver_at => $6::timestamptz, traceparent => $7::text,
-                              tracestate => $8::text);
+                              tracestate => $8::text, payload_id => m.payload_id,
+                              payload_at => m.payload_at)
+FROM (SELECT NULL) one
+LEFT JOIN messages m ON m.application_id = $1 AND m.id = $4;
 
 -- name: health_summary
 WITH last_hour AS MATERIALIZED (
@@ -381,7 +407,7 @@ SELECT
     count(*) FILTER (WHERE status = 'pending') AS pending,
     count(*) FILTER (WHERE status = 'failed') AS awaiting_retry,
     count(*) FILTER (WHERE status = 'in_flight') AS in_flight,
-    (SELECT count(*) FROM webhook_queue WHERE status = 'dead_letter') AS dead_letter,
+    (SELECT count(*) FROM webhook_live WHERE status = 'dead_letter') AS dead_letter,
     -- The last hour's outcomes from the endpoints' minutes (schema 020),
     -- not from a count of history; rows retrying come from the live queue.
     (SELECT coalesce(sum(delivered), 0) FROM last_hour) AS delivered_last_hour,
@@ -401,8 +427,8 @@ SELECT
     (SELECT coalesce(sum(outcomes_waiting), 0) FROM dispatcher_workers)::bigint
         AS outcomes_waiting,
     -- webhook_queue_held_idx (013): no scan of the queue.
-    (SELECT count(*) FROM webhook_queue WHERE status = 'held') AS held
-FROM webhook_queue
+    (SELECT count(*) FROM webhook_live WHERE status = 'held') AS held
+FROM webhook_live
 WHERE status IN ('pending', 'failed', 'in_flight');
 
 -- name: refresh_percentiles
@@ -507,7 +533,7 @@ WHERE hour < now() - make_interval(secs => $1::float8 + 3600);
 
 -- name: prune_latency
 -- The attempt log's default partition past its retention, a bounded batch
--- (schema 023: the days go whole, dispatcher_attempt_partitions). A ctid
+-- (schema 023: the days go whole, dispatcher_day_partitions). A ctid
 -- names a row within one partition only, hence the partition by name.
 DELETE FROM endpoint_latency_default
 WHERE ctid = ANY (ARRAY(
@@ -515,10 +541,11 @@ WHERE ctid = ANY (ARRAY(
     WHERE measured_at < now() - make_interval(secs => $1)
     LIMIT $2));
 
--- name: attempt_partitions
--- Today's and the next days' partitions of the attempt log made, the days
--- past its retention ($2 s; NULL keeps them) dropped.
-SELECT created, dropped FROM dispatcher_attempt_partitions($1, $2);
+-- name: day_partitions
+-- Today's and the next days' partitions of a partitioned table ($1, by its
+-- column $2) made, the days past its retention ($4 s; NULL keeps them)
+-- dropped (schema/functions/partitions.sql).
+SELECT created, dropped FROM dispatcher_day_partitions($1, $2, $3, $4);
 
 -- name: prune_messages
 -- Svix-API messages past retention, but never one a delivery is still to
@@ -527,7 +554,7 @@ DELETE FROM messages
 WHERE ctid = ANY (ARRAY(
     SELECT m.ctid FROM messages m
     WHERE m.created_at < now() - make_interval(secs => $1)
-      AND NOT EXISTS (SELECT 1 FROM webhook_queue q
+      AND NOT EXISTS (SELECT 1 FROM webhook_live q
                       WHERE q.event_id = m.id
                         AND q.status IN ('pending', 'failed', 'in_flight', 'held'))
     LIMIT $2));
@@ -565,7 +592,7 @@ WITH dead AS (
            avg(attempt_count)::float8 AS avg_attempts,
            array_agg(extract(epoch FROM updated_at)::float8 ORDER BY updated_at) AS times,
            array_agg(last_status_code ORDER BY updated_at) AS codes
-    FROM webhook_queue
+    FROM webhook_live
     WHERE status = 'dead_letter' AND updated_at > now() - make_interval(secs => $1)
     GROUP BY endpoint_id
 )
@@ -578,10 +605,11 @@ FROM dead d
 ORDER BY d.endpoint_id;
 
 -- name: replay_ids
-UPDATE webhook_queue
+UPDATE webhook_live
 SET status = 'pending', attempt_count = 0, next_attempt_at = now(), updated_at = now()
 WHERE id = ANY($1::bigint[]) AND status = 'dead_letter'
-  AND payload IS NOT NULL  -- erased (schema 022): nothing left to send
+  -- Erased (022) or expired (025): nothing left to send.
+  AND dispatcher_payload(payload, payload_id, payload_at) IS NOT NULL
   -- A deleted endpoint's dead letters stay dead: nothing would send them.
   -- An application's token replays only its own, never the operator's ops
   -- deliveries (018), whatever its application is called.
@@ -592,11 +620,12 @@ RETURNING id;
 
 -- name: replay_endpoint
 -- Capped: the oldest dead letters first, at most $4 per call.
-UPDATE webhook_queue
+UPDATE webhook_live
 SET status = 'pending', attempt_count = 0, next_attempt_at = now(), updated_at = now()
 WHERE id IN (
-    SELECT id FROM webhook_queue
-    WHERE endpoint_id = $1 AND status = 'dead_letter' AND payload IS NOT NULL
+    SELECT id FROM webhook_live
+    WHERE endpoint_id = $1 AND status = 'dead_letter'
+      AND dispatcher_payload(payload, payload_id, payload_at) IS NOT NULL
       AND ($2::timestamptz IS NULL OR updated_at >= $2)
       AND ($3::timestamptz IS NULL OR updated_at < $3)
     ORDER BY updated_at, id
@@ -612,9 +641,9 @@ RETURNING id;
 -- it reached rows too young for any retention ($6, the shortest: then the
 -- walk starts over).
 WITH batch AS (
-    SELECT id, created_at FROM webhook_queue WHERE id > $3 ORDER BY id LIMIT $2
+    SELECT id, created_at FROM webhook_live WHERE id > $3 ORDER BY id LIMIT $2
 ), gone AS (
-    DELETE FROM webhook_queue w USING batch
+    DELETE FROM webhook_live w USING batch
     WHERE w.id = batch.id
       AND ((w.status = 'delivered' AND w.delivered_at < now() - make_interval(secs => $1))
            OR (w.status = 'dead_letter' AND w.updated_at < now() - make_interval(secs => $4))
@@ -647,7 +676,7 @@ SELECT dispatcher_wake_workers();
 SELECT id, endpoint_id, event_id, event_type, status, attempt_count, max_attempts,
        created_at, next_attempt_at, delivered_at, last_error, last_status_code,
        last_response_ms
-FROM webhook_queue
+FROM webhook_live
 WHERE event_id = $1
   AND ($2::text IS NULL
        OR endpoint_id IN (SELECT id FROM endpoints WHERE application_id = $2
@@ -660,7 +689,7 @@ ORDER BY id;
 SELECT id, endpoint_id, event_id, event_type, status, attempt_count, max_attempts,
        created_at, next_attempt_at, delivered_at, last_error, last_status_code,
        last_response_ms
-FROM webhook_queue
+FROM webhook_live
 WHERE ($1::text IS NULL
        OR endpoint_id IN (SELECT id FROM endpoints WHERE application_id = $1
                                      AND ops_scope IS DISTINCT FROM 'operator'))
@@ -677,18 +706,18 @@ SELECT
     (SELECT coalesce(sum(dead), 0) FROM endpoint_minutes
       WHERE minute <= now() - interval '1 hour'
         AND minute > now() - interval '2 hours') AS dead_prev_hour,
-    (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM webhook_queue
+    (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM webhook_live
       WHERE status IN ('pending', 'failed', 'in_flight')
         AND (status <> 'pending' OR next_attempt_at <= now())) AS oldest_pending_age_s,
     (SELECT max(retry_cap_ms)::float8 / 1000 FROM endpoints) AS retry_window_s;
 
 -- name: metrics_view
 SELECT
-    (SELECT count(*) FROM webhook_queue WHERE status = 'pending') AS pending,
-    (SELECT count(*) FROM webhook_queue WHERE status = 'failed') AS failed,
-    (SELECT count(*) FROM webhook_queue WHERE status = 'in_flight') AS in_flight,
-    (SELECT count(*) FROM webhook_queue WHERE status = 'dead_letter') AS dead_letter,
-    (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM webhook_queue
+    (SELECT count(*) FROM webhook_live WHERE status = 'pending') AS pending,
+    (SELECT count(*) FROM webhook_live WHERE status = 'failed') AS failed,
+    (SELECT count(*) FROM webhook_live WHERE status = 'in_flight') AS in_flight,
+    (SELECT count(*) FROM webhook_live WHERE status = 'dead_letter') AS dead_letter,
+    (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM webhook_live
       WHERE status IN ('pending', 'failed', 'in_flight')
         AND (status <> 'pending' OR next_attempt_at <= now())) AS oldest_pending_s,
     -- Any session of the server holding a snapshot (backend_xmin) and any
@@ -708,8 +737,7 @@ SELECT
 
 -- name: dead_letters_list
 SELECT id, endpoint_id, event_id, event_type, attempt_count, created_at, updated_at AS dead_at,
-       last_error, last_status_code, last_response_ms,
-       payload_erased_at IS NOT NULL AS payload_expired
+       last_error, last_status_code, last_response_ms, payload IS NULL AS payload_expired
 FROM webhook_queue
 WHERE status = 'dead_letter' AND ($1::bigint IS NULL OR endpoint_id = $1)
   AND ($3::text IS NULL
@@ -721,7 +749,7 @@ LIMIT $2;
 -- name: attempts_for_event
 SELECT l.delivery_id, l.measured_at AS at, l.status_code, l.response_ms, l.error,
        l.detail::text AS detail
-FROM webhook_queue w
+FROM webhook_live w
 JOIN endpoint_latency l ON l.delivery_id = w.id
 WHERE w.event_id = $1
   AND ($2::text IS NULL
@@ -741,7 +769,7 @@ ORDER BY l.delivery_id, l.measured_at;
 SELECT q.id, q.endpoint_id, e.application_id AS app, q.event_id, q.event_type, q.status,
        q.attempt_count, q.max_attempts, q.created_at, q.next_attempt_at, q.delivered_at,
        q.updated_at, q.last_error, q.last_status_code, q.last_response_ms,
-       q.payload_erased_at IS NOT NULL AS payload_expired
+       q.payload IS NULL AS payload_expired
 FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
 WHERE ($1::text IS NULL OR (e.application_id = $1 AND e.ops_scope IS DISTINCT FROM 'operator'))
   AND ($2::text IS NULL OR q.status = $2)
@@ -760,7 +788,7 @@ LIMIT $9;
 SELECT q.id, q.endpoint_id, e.application_id AS app, q.event_id, q.event_type, q.status,
        q.attempt_count, q.max_attempts, q.created_at, q.next_attempt_at, q.delivered_at,
        q.updated_at, q.last_error, q.last_status_code, q.last_response_ms,
-       q.payload_erased_at IS NOT NULL AS payload_expired, q.payload::text AS payload
+       q.payload IS NULL AS payload_expired, q.payload::text AS payload
 FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
 WHERE q.id = $1
   AND ($2::text IS NULL OR (e.application_id = $2 AND e.ops_scope IS DISTINCT FROM 'operator'));
@@ -778,8 +806,7 @@ ORDER BY l.measured_at;
 -- Dead letters newest first, as dead_letters_list, continuing after the
 -- cursor ($4, $5: the dead_at and id of the last row of the page before).
 SELECT id, endpoint_id, event_id, event_type, attempt_count, created_at, updated_at AS dead_at,
-       last_error, last_status_code, last_response_ms,
-       payload_erased_at IS NOT NULL AS payload_expired
+       last_error, last_status_code, last_response_ms, payload IS NULL AS payload_expired
 FROM webhook_queue
 WHERE status = 'dead_letter' AND ($1::bigint IS NULL OR endpoint_id = $1)
   AND ($3::text IS NULL
@@ -793,11 +820,12 @@ LIMIT $2;
 -- "Resend everything that failed since": every live endpoint's dead letters
 -- (of one application, or all) that died in [$2, $3), oldest first, at
 -- most $4 per call, through the dead-letter index per endpoint.
-UPDATE webhook_queue
+UPDATE webhook_live
 SET status = 'pending', attempt_count = 0, next_attempt_at = now(), updated_at = now()
 WHERE id IN (
-    SELECT q.id FROM webhook_queue q
-    WHERE q.status = 'dead_letter' AND q.updated_at >= $2 AND q.payload IS NOT NULL
+    SELECT q.id FROM webhook_live q
+    WHERE q.status = 'dead_letter' AND q.updated_at >= $2
+      AND dispatcher_payload(q.payload, q.payload_id, q.payload_at) IS NOT NULL
       AND ($3::timestamptz IS NULL OR q.updated_at < $3)
       AND q.endpoint_id IN (SELECT id FROM endpoints WHERE deleted_at IS NULL
                             AND ($1::text IS NULL
@@ -831,14 +859,14 @@ WITH buckets AS (
     SELECT generate_series(0, ($1::float8 / $2::float8)::int - 1) AS i
 ), created AS (
     SELECT floor(extract(epoch FROM now() - created_at) / $2::float8)::int AS i, count(*) AS n
-    FROM webhook_queue WHERE created_at > now() - make_interval(secs => $1::float8) GROUP BY 1
+    FROM webhook_live WHERE created_at > now() - make_interval(secs => $1::float8) GROUP BY 1
 ), delivered AS (
     SELECT floor(extract(epoch FROM now() - delivered_at) / $2::float8)::int AS i, count(*) AS n
-    FROM webhook_queue
+    FROM webhook_live
     WHERE status = 'delivered' AND delivered_at > now() - make_interval(secs => $1::float8) GROUP BY 1
 ), dead AS (
     SELECT floor(extract(epoch FROM now() - updated_at) / $2::float8)::int AS i, count(*) AS n
-    FROM webhook_queue
+    FROM webhook_live
     WHERE status = 'dead_letter' AND updated_at > now() - make_interval(secs => $1::float8) GROUP BY 1
 )
 SELECT b.i AS ago, coalesce(c.n, 0) AS enqueued, coalesce(d.n, 0) AS delivered,
@@ -875,20 +903,20 @@ FROM unnest($1::bigint[], $2::float8[]) AS p(endpoint_id, wait_s)
 WHERE h.endpoint_id = p.endpoint_id;
 
 -- name: status_counts
-SELECT status, count(*) AS n FROM webhook_queue GROUP BY status;
+SELECT status, count(*) AS n FROM webhook_live GROUP BY status;
 
 -- name: breaker_transitions
 SELECT endpoint_id, from_state, to_state, cooldown_seconds, at
 FROM breaker_transitions ORDER BY at OFFSET $1;
 
 -- name: live_delivery_count
-SELECT count(*) FROM webhook_queue
+SELECT count(*) FROM webhook_live
 WHERE endpoint_id = $1 AND status IN ('pending', 'failed', 'in_flight');
 
 -- name: dead_letter_endpoint
 -- Deleting an endpoint with --force: what it still had queued dies, with
 -- the reason, before the endpoint goes.
-UPDATE webhook_queue
+UPDATE webhook_live
 SET status = 'dead_letter', last_error = 'endpoint deleted', locked_by = NULL, updated_at = now()
 WHERE endpoint_id = $1 AND status IN ('pending', 'failed', 'in_flight')
 RETURNING id;
@@ -932,21 +960,21 @@ ORDER BY at DESC LIMIT $2;
 -- event each belonged to (a pruned delivery leaves its attempt without one).
 SELECT l.delivery_id, w.event_id, w.event_type, l.measured_at AS at, l.status_code,
        l.response_ms, l.error
-FROM endpoint_latency l LEFT JOIN webhook_queue w ON w.id = l.delivery_id
+FROM endpoint_latency l LEFT JOIN webhook_live w ON w.id = l.delivery_id
 WHERE l.endpoint_id = $1 AND l.measured_at > now() - make_interval(secs => $2::float8)
   AND (l.error IS NOT NULL OR l.status_code IS NULL OR l.status_code NOT BETWEEN 200 AND 299)
 ORDER BY l.measured_at DESC
 LIMIT $3;
 
 -- name: newest_id
-SELECT coalesce(max(id), 0) FROM webhook_queue;
+SELECT coalesce(max(id), 0) FROM webhook_live;
 
 -- name: probe_new_rows
 -- The idle probe: the rows above a watermark the prober keeps about a
 -- second behind the newest id. A commit of new rows changes the count;
 -- claims and outcomes (updates) do not. One range scan of the primary key,
 -- as long as the rows of the last second or so.
-SELECT count(*) AS n, coalesce(max(id), $1) AS top FROM webhook_queue WHERE id > $1;
+SELECT count(*) AS n, coalesce(max(id), $1) AS top FROM webhook_live WHERE id > $1;
 
 -- name: table_health
 -- The hot tables' dead rows, whether autovacuum will see to them (the
@@ -977,7 +1005,7 @@ SELECT a.id, a.name, a.created_at, a.max_endpoints, a.max_events_per_s,
        (SELECT count(*) FROM endpoints e
         WHERE e.application_id = a.id AND e.deleted_at IS NULL AND e.kind = 'webhook')
            AS endpoints,
-       (SELECT count(*) FROM endpoints e JOIN webhook_queue q ON q.endpoint_id = e.id
+       (SELECT count(*) FROM endpoints e JOIN webhook_live q ON q.endpoint_id = e.id
         WHERE e.application_id = a.id AND q.status IN ('pending', 'failed', 'in_flight'))
            AS queue_depth
 FROM applications a
@@ -1201,21 +1229,35 @@ WHERE application_id = $1 AND deleted_at IS NULL AND kind = 'webhook'
 ORDER BY id LIMIT $3;
 
 -- name: svix_message_insert
-INSERT INTO messages (application_id, id, event_id, event_type, payload, channels, tags,
-                      deliver_at)
-VALUES ($1, $2, $3, $4, $5::json, $6, $7, $8)
-ON CONFLICT DO NOTHING
-RETURNING id, event_id, event_type, payload, channels, tags, deliver_at, created_at;
+-- The body goes to the payload store once (schema 025); the message and
+-- its deliveries (enqueue_message) reference it. A message id taken stores
+-- nothing: the payload row is written only when the message row is.
+WITH msg AS (
+    INSERT INTO messages (application_id, id, event_id, event_type, channels, tags, deliver_at,
+                          payload_id, payload_at)
+    VALUES ($1, $2, $3, $4, $6, $7, $8, nextval('event_payloads_id_seq'), now())
+    ON CONFLICT DO NOTHING
+    RETURNING id, event_id, event_type, channels, tags, deliver_at, created_at,
+              payload_id, payload_at
+), stored AS (
+    INSERT INTO event_payloads (id, created_at, body)
+    SELECT payload_id, payload_at, $5::json FROM msg
+)
+SELECT id, event_id, event_type, $5::json AS payload, channels, tags, deliver_at, created_at
+FROM msg;
 
 -- name: svix_message_get
 -- A message sent through the Svix API, else an event enqueued another way,
 -- answered from one of its deliveries.
-(SELECT id, event_id, event_type, payload, channels, tags, deliver_at, created_at,
-        payload_erased_at IS NOT NULL AS payload_expired
- FROM messages WHERE application_id = $1 AND id = $2)
+(SELECT m.id, m.event_id, m.event_type, b.payload, m.channels, m.tags, m.deliver_at,
+        m.created_at, b.payload IS NULL AS payload_expired
+ FROM messages m
+ CROSS JOIN LATERAL (SELECT dispatcher_payload(m.payload, m.payload_id, m.payload_at)
+                         AS payload) b
+ WHERE m.application_id = $1 AND m.id = $2)
 UNION ALL
 (SELECT q.event_id AS id, q.event_id, q.event_type, q.payload, NULL::text[], NULL::text[],
-        NULL::timestamptz, q.created_at, q.payload_erased_at IS NOT NULL
+        NULL::timestamptz, q.created_at, q.payload IS NULL
  FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
  WHERE q.event_id = $2 AND e.application_id = $1 AND e.kind = 'webhook'
  ORDER BY q.id LIMIT 1)
@@ -1223,21 +1265,24 @@ LIMIT 1;
 
 -- name: svix_message_list
 -- Newest first; $2/$3: the iterator (created_at, id) to continue after.
-SELECT id, event_id, event_type, payload, channels, tags, deliver_at, created_at,
-       payload_erased_at IS NOT NULL AS payload_expired
-FROM messages
-WHERE application_id = $1
-  AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3::text))
-  AND ($5::text[] IS NULL OR event_type = ANY($5))
-  AND ($6::text IS NULL OR $6 = ANY(channels))
-ORDER BY created_at DESC, id DESC LIMIT $4;
+-- The payloads of the page's messages only.
+SELECT m.id, m.event_id, m.event_type, b.payload, m.channels, m.tags, m.deliver_at,
+       m.created_at, b.payload IS NULL AS payload_expired
+FROM (SELECT * FROM messages
+      WHERE application_id = $1
+        AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3::text))
+        AND ($5::text[] IS NULL OR event_type = ANY($5))
+        AND ($6::text IS NULL OR $6 = ANY(channels))
+      ORDER BY created_at DESC, id DESC LIMIT $4) m
+CROSS JOIN LATERAL (SELECT dispatcher_payload(m.payload, m.payload_id, m.payload_at) AS payload) b
+ORDER BY m.created_at DESC, m.id DESC;
 
 -- name: svix_attempts
 -- Newest first; by message ($2) or by endpoint ($3); $4/$5: the iterator.
 SELECT q.id AS delivery_id, q.event_id, q.endpoint_id, e.url, l.measured_at,
        l.status_code, l.response_ms, l.error, q.resent_at,
        l.detail->>'response_excerpt' AS excerpt
-FROM webhook_queue q
+FROM webhook_live q
 JOIN endpoints e ON e.id = q.endpoint_id
 JOIN endpoint_latency l ON l.delivery_id = q.id AND l.endpoint_id = q.endpoint_id
 WHERE e.application_id = $1 AND e.kind = 'webhook'
@@ -1249,14 +1294,14 @@ ORDER BY l.measured_at DESC, q.id DESC LIMIT $6;
 -- name: svix_resend
 -- A delivery sent again now with a fresh attempt budget (Svix: a manual
 -- attempt); a row still waiting is left as it is.
-UPDATE webhook_queue SET status = 'pending', attempt_count = 0, next_attempt_at = now(),
+UPDATE webhook_live SET status = 'pending', attempt_count = 0, next_attempt_at = now(),
     updated_at = now(), locked_by = NULL, resent_at = now()
 WHERE event_id = $1 AND endpoint_id = $2 AND status IN ('delivered', 'dead_letter')
-  AND payload IS NOT NULL
+  AND dispatcher_payload(payload, payload_id, payload_at) IS NOT NULL
 RETURNING id;
 
 -- name: svix_mark_resent
-UPDATE webhook_queue SET resent_at = now() WHERE event_id = $1 AND endpoint_id = $2;
+UPDATE webhook_live SET resent_at = now() WHERE event_id = $1 AND endpoint_id = $2;
 
 -- name: idempotency_claim
 INSERT INTO idempotency_keys (scope, key, request_hash) VALUES ($1, $2, $3)
@@ -1391,7 +1436,7 @@ RETURNING *;
 -- What it still had queued dies with it (nothing would send it), then the
 -- row is deleted softly like an endpoint's: in-flight outcomes still land.
 WITH dead AS (
-    UPDATE webhook_queue
+    UPDATE webhook_live
     SET status = 'dead_letter', last_error = 'endpoint deleted', locked_by = NULL,
         updated_at = now()
     WHERE endpoint_id = $1 AND status IN ('pending', 'failed', 'in_flight')
@@ -1416,10 +1461,10 @@ WHERE kind = 'ops' AND ops_scope = 'app' AND application_id = $1
 -- A held row no one released in 366 days (the furthest deliver_at allows)
 -- goes to dead letter with its reason, a batch at a time: nothing waits
 -- forever, and the operator can still replay it (webhook_queue_held_idx).
-UPDATE webhook_queue
+UPDATE webhook_live
 SET status = 'dead_letter', last_error = 'held past 366 days: never released',
     locked_by = NULL, updated_at = now()
-WHERE id IN (SELECT id FROM webhook_queue
+WHERE id IN (SELECT id FROM webhook_live
              WHERE status = 'held' AND created_at < now() - interval '366 days'
              LIMIT $1 FOR UPDATE SKIP LOCKED);
 
@@ -1427,7 +1472,7 @@ WHERE id IN (SELECT id FROM webhook_queue
 -- Payload retention (schema 022) over the range of ids the retention walk
 -- just read ($1, $2]: final rows enqueued before the cut-off ($3 s) keep
 -- their row and lose their payload.
-UPDATE webhook_queue SET payload = NULL, payload_erased_at = now()
+UPDATE webhook_live SET payload = NULL, payload_erased_at = now()
 WHERE id > $1 AND id <= $2 AND payload IS NOT NULL
   AND status IN ('delivered', 'dead_letter', 'cancelled')
   AND created_at < now() - make_interval(secs => $3);
@@ -1446,17 +1491,17 @@ WHERE ctid = ANY (ARRAY(
 -- ops deliveries, which are no tenant's), through the (event_id,
 -- endpoint_id) index, and its Svix message (dispatcher_erase_deliveries
 -- says what happens to each row). The events erased: 0 or 1.
-WITH hit AS (
+WITH hit AS MATERIALIZED (
     SELECT 1 FROM dispatcher_erase_deliveries(ARRAY(
-        SELECT q.id FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
-        WHERE q.event_id = $2 AND q.payload IS NOT NULL AND e.application_id = $1
+        SELECT q.id FROM webhook_live q JOIN endpoints e ON e.id = q.endpoint_id
+        WHERE q.event_id = $2 AND e.application_id = $1
           AND ($3 OR e.ops_scope IS DISTINCT FROM 'operator')))
-), msg AS (
-    UPDATE messages SET payload = NULL, payload_erased_at = now()
-    WHERE application_id = $1 AND id = $2 AND payload IS NOT NULL
-    RETURNING 1
+), msg AS MATERIALIZED (
+    SELECT dispatcher_erase_message($1, $2) AS hit
 )
-SELECT (EXISTS (SELECT 1 FROM hit) OR EXISTS (SELECT 1 FROM msg))::int AS expunged;
+-- A sum, not an OR: both sides must run (an OR may stop at the first).
+SELECT ((SELECT count(*) FROM hit) + (SELECT count(*) FROM msg WHERE hit) > 0)::int
+    AS expunged;
 
 -- name: expunge_batch
 -- Erasure in bulk, one bounded step: the deliveries with ids in ($1, $1 +
@@ -1481,22 +1526,28 @@ JOIN endpoints e ON e.id = d.endpoint_id;
 -- The Svix messages the same request selects (bounded by their retention),
 -- and how many are events not counted yet: none of their deliveries lost
 -- its payload since the request began ($4).
-WITH hit AS (
-    UPDATE messages m SET payload = NULL, payload_erased_at = now()
-    WHERE m.payload IS NOT NULL
+WITH picked AS MATERIALIZED (
+    SELECT m.application_id, m.id
+    FROM messages m
+    CROSS JOIN LATERAL (SELECT dispatcher_payload(m.payload, m.payload_id, m.payload_at)
+                            AS payload) b
+    WHERE b.payload IS NOT NULL
       AND ($1::text IS NULL OR m.application_id = $1)
       AND ($2::timestamptz IS NULL OR m.created_at < $2)
       AND ($3::jsonb IS NULL OR NOT EXISTS (
             SELECT 1 FROM jsonb_each($3::jsonb) c
-            WHERE (m.payload::jsonb) -> c.key IS DISTINCT FROM c.value))
-    RETURNING m.application_id, m.id
+            WHERE (b.payload::jsonb) -> c.key IS DISTINCT FROM c.value))
+), hit AS MATERIALIZED (
+    -- Only what was picked is erased (a condition's order in one WHERE
+    -- is the planner's).
+    SELECT application_id, id FROM picked WHERE dispatcher_erase_message(application_id, id)
 )
 SELECT count(*) FROM hit
-WHERE NOT EXISTS (SELECT 1 FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
+WHERE NOT EXISTS (SELECT 1 FROM webhook_live q JOIN endpoints e ON e.id = q.endpoint_id
                   WHERE q.event_id = hit.id AND e.application_id = hit.application_id
                     AND q.payload_erased_at >= $4);
 
 -- name: erasure_start
 -- Where a bulk erasure's walk ends (the newest delivery now) and when it
 -- began (what expunge_messages compares with).
-SELECT coalesce((SELECT max(id) FROM webhook_queue), 0) AS newest, clock_timestamp() AS began;
+SELECT coalesce((SELECT max(id) FROM webhook_live), 0) AS newest, clock_timestamp() AS began;

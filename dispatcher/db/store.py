@@ -21,7 +21,15 @@ from dispatcher.core.retention import Retention
 from dispatcher.core.secretbox import PREFIX as SEALED
 from dispatcher.core.secretbox import SecretBox, SecretUnreadable, unseal
 from dispatcher.core.tablehealth import HOT_TABLES, TableHealth
-from dispatcher.db import ATTEMPT_DAYS_AHEAD, MAINTENANCE_LOCK, Conn, Q, latency, opswebhooks
+from dispatcher.db import (
+    DAYS_AHEAD,
+    MAINTENANCE_LOCK,
+    Conn,
+    Q,
+    day_partitioned,
+    latency,
+    opswebhooks,
+)
 from dispatcher.db.columns import settings_from_row, unseal_headers
 
 VACUUM_LOCK = MAINTENANCE_LOCK + 1
@@ -353,11 +361,13 @@ async def maintain(
         payload_s, messages_s = kept(keep.payload_s), kept(keep.messages_s)
         if payload_s is not None and (messages_s is None or messages_s > payload_s):
             await conn.execute(Q["erase_expired_message_payloads"], payload_s, batch)
-    # The attempt log (schema 023): whole days made ahead and dropped past
-    # the retention, each DDL its own short transaction; then up to
-    # max_batches short deletes a round of what the default partition holds.
+    # The attempt log (schema 023) and the payload store (025): whole days
+    # made ahead and dropped past their retention, each DDL its own short
+    # transaction; then up to max_batches short deletes a round of what the
+    # attempt log's default partition holds.
     attempts_s = kept(keep.attempts_s)
-    await conn.execute(Q["attempt_partitions"], ATTEMPT_DAYS_AHEAD, attempts_s)
+    for parent, column, keep_s in day_partitioned(attempts_s, kept(keep.payload_s)):
+        await conn.execute(Q["day_partitions"], parent, column, DAYS_AHEAD, keep_s)
     if attempts_s is not None:
         for _ in range(max_batches):
             gone = await conn.execute(Q["prune_latency"], attempts_s, batch)

@@ -69,7 +69,9 @@ CREATE OR REPLACE FUNCTION dispatcher_enqueue_app(
     deliver_at timestamptz DEFAULT NULL,
     hold boolean DEFAULT false,
     traceparent text DEFAULT NULL,
-    tracestate text DEFAULT NULL
+    tracestate text DEFAULT NULL,
+    payload_id bigint DEFAULT NULL,
+    payload_at timestamptz DEFAULT NULL
 ) RETURNS bigint[]
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -102,12 +104,30 @@ BEGIN
                         AND dispatcher_filter_passes(e.filter, p_payload)
                         AND (e.channels IS NULL OR e.channels && v_channels)
                    ELSE e.id = p_endpoint_id END
+    ), stored AS (
+        -- One copy per event (schema 025): a fan-out's rows reference the
+        -- payload store; one row keeps its payload inline. Nothing is
+        -- stored for a repeat of an event its first target already has.
+        INSERT INTO event_payloads (body)
+        SELECT p_payload
+        WHERE dispatcher_enqueue_app.payload_id IS NULL AND (SELECT count(*) FROM target) > 1
+          AND NOT (p_event_id IS NOT NULL AND EXISTS (
+                SELECT 1 FROM webhook_live q
+                WHERE q.event_id = v_event_id AND q.endpoint_id = (SELECT min(id) FROM target)))
+        RETURNING id, created_at
+    ), ref AS (
+        SELECT id, created_at FROM stored
+        UNION ALL
+        SELECT dispatcher_enqueue_app.payload_id, dispatcher_enqueue_app.payload_at
+        WHERE dispatcher_enqueue_app.payload_id IS NOT NULL
     ), ins AS (
-        INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload, max_attempts,
-                                   order_key, next_attempt_at, status, traceparent, tracestate)
-        SELECT t.id, v_event_id, p_event_type, p_payload, t.max_attempts, t.order_key, v_due,
-               v_status, v_traceparent, v_tracestate
-        FROM target t
+        INSERT INTO webhook_live (endpoint_id, event_id, event_type, payload, max_attempts,
+                                  order_key, next_attempt_at, status, traceparent, tracestate,
+                                  payload_id, payload_at)
+        SELECT t.id, v_event_id, p_event_type, CASE WHEN r.id IS NULL THEN p_payload END,
+               t.max_attempts, t.order_key, v_due, v_status, v_traceparent, v_tracestate,
+               r.id, r.created_at
+        FROM target t LEFT JOIN ref r ON true
         ON CONFLICT (endpoint_id, event_id) DO NOTHING
         RETURNING id
     )
@@ -115,7 +135,7 @@ BEGIN
            (SELECT count(*) FROM target),
            count(*) = (SELECT count(*) FROM target)
            AND NOT (p_event_id IS NOT NULL
-                    AND EXISTS (SELECT 1 FROM webhook_queue q
+                    AND EXISTS (SELECT 1 FROM webhook_live q
                                 JOIN endpoints o ON o.id = q.endpoint_id
                                 WHERE q.event_id = v_event_id AND o.application_id = p_app
                                   AND o.kind = 'webhook'))
@@ -145,7 +165,7 @@ BEGIN
         RETURN v_ids;
     END IF;
     SELECT coalesce(array_agg(q.id ORDER BY q.id), '{}') INTO v_ids
-    FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
+    FROM webhook_live q JOIN endpoints e ON e.id = q.endpoint_id
     WHERE q.event_id = v_event_id
       AND e.deleted_at IS NULL AND e.application_id = p_app AND e.kind = 'webhook'
       AND CASE WHEN p_endpoint_id IS NULL
@@ -223,7 +243,7 @@ DECLARE
     v_ids bigint[];
 BEGIN
     WITH changed AS (
-        UPDATE webhook_queue q
+        UPDATE webhook_live q
         SET status = 'pending', next_attempt_at = greatest(q.next_attempt_at, now()),
             updated_at = now()
         FROM endpoints e
@@ -251,7 +271,7 @@ CREATE OR REPLACE FUNCTION dispatcher_cancel_event(
 ) RETURNS bigint[]
 LANGUAGE sql AS $$
     WITH changed AS (
-        UPDATE webhook_queue q
+        UPDATE webhook_live q
         SET status = 'cancelled', last_error = 'cancelled', locked_by = NULL,
             updated_at = now()
         FROM endpoints e
@@ -266,13 +286,21 @@ $$;
 -- Erasure (schema 022, ops/erasure.py): the payloads of these deliveries
 -- go, the rows stay. What is still to be sent is cancelled; a row on the
 -- wire keeps its status and its holder (the worker dead-letters it unsent
--- if it must retry). Returns the rows that had a payload left.
+-- if it must retry). Returns the rows that had a payload left (inline, or
+-- a reference to the store, schema 025). A payload in the store goes with
+-- the rows that referenced it (an event's deliveries are erased together),
+-- unless its Svix message holds it too: that goes with the message
+-- (dispatcher_erase_message), which every erasure of it reaches.
 CREATE OR REPLACE FUNCTION dispatcher_erase_deliveries(p_ids bigint[])
 RETURNS TABLE (id bigint, endpoint_id bigint, event_id text)
 LANGUAGE sql AS $$
-    WITH erased AS (
-        UPDATE webhook_queue q
-        SET payload = NULL, payload_erased_at = now(),
+    WITH target AS MATERIALIZED (
+        SELECT q.id, q.payload_id, q.payload_at FROM webhook_live q
+        WHERE q.id = ANY (p_ids) AND (q.payload IS NOT NULL OR q.payload_id IS NOT NULL)
+        FOR UPDATE
+    ), erased AS (
+        UPDATE webhook_live q
+        SET payload = NULL, payload_id = NULL, payload_at = NULL, payload_erased_at = now(),
             status = CASE WHEN q.status IN ('held', 'pending', 'failed') THEN 'cancelled'
                           ELSE q.status END,
             last_error = CASE WHEN q.status IN ('held', 'pending', 'failed')
@@ -280,8 +308,19 @@ LANGUAGE sql AS $$
             locked_by = CASE WHEN q.status = 'in_flight' THEN q.locked_by END,
             updated_at = CASE WHEN q.status IN ('held', 'pending', 'failed') THEN now()
                               ELSE q.updated_at END
-        WHERE q.id = ANY (p_ids) AND q.payload IS NOT NULL
+        FROM target t
+        WHERE q.id = t.id
         RETURNING q.id, q.endpoint_id, q.event_id, q.created_at
+    ), stored AS (
+        DELETE FROM event_payloads p
+        USING (SELECT DISTINCT t.payload_id, t.payload_at, e.application_id, q.event_id
+               FROM target t JOIN webhook_live q ON q.id = t.id
+               JOIN endpoints e ON e.id = q.endpoint_id
+               WHERE t.payload_id IS NOT NULL) t
+        WHERE p.id = t.payload_id AND p.created_at = t.payload_at
+          AND NOT EXISTS (SELECT 1 FROM messages m
+                          WHERE m.application_id = t.application_id AND m.id = t.event_id
+                            AND m.payload_id = t.payload_id)
     ), attempts AS (
         -- With the payload go what its attempts kept of it (schema 024):
         -- the start of each response, which may echo it, and a postback's
@@ -295,4 +334,26 @@ LANGUAGE sql AS $$
         RETURNING 1
     )
     SELECT e.id, e.endpoint_id, e.event_id FROM erased e;
+$$;
+
+-- A Svix message's payload erased, and its copy in the store with it.
+-- Returns whether it had one left.
+CREATE OR REPLACE FUNCTION dispatcher_erase_message(p_app text, p_id text)
+RETURNS boolean
+LANGUAGE sql AS $$
+    WITH target AS MATERIALIZED (
+        SELECT m.application_id, m.id, m.payload_id, m.payload_at FROM messages m
+        WHERE m.application_id = p_app AND m.id = p_id
+          AND (m.payload IS NOT NULL OR m.payload_id IS NOT NULL)
+        FOR UPDATE
+    ), erased AS (
+        UPDATE messages m
+        SET payload = NULL, payload_id = NULL, payload_at = NULL, payload_erased_at = now()
+        FROM target t
+        WHERE m.application_id = t.application_id AND m.id = t.id
+    ), stored AS (
+        DELETE FROM event_payloads p USING target t
+        WHERE p.id = t.payload_id AND p.created_at = t.payload_at
+    )
+    SELECT EXISTS (SELECT 1 FROM target);
 $$;

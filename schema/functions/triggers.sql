@@ -24,7 +24,7 @@ END $$;
 CREATE OR REPLACE TRIGGER endpoints_health_row AFTER INSERT ON endpoints
     FOR EACH ROW EXECUTE FUNCTION dispatcher_endpoint_health_row();
 
--- A hard DELETE of an endpoint takes its queue rows with it. webhook_queue
+-- A hard DELETE of an endpoint takes its queue rows with it. webhook_live
 -- has no foreign key to endpoints (schema 006): the check would take FOR
 -- KEY SHARE on the endpoint row at every producer's insert, and many
 -- producers enqueueing for the same endpoints then queue on that row's
@@ -33,7 +33,7 @@ CREATE OR REPLACE TRIGGER endpoints_health_row AFTER INSERT ON endpoints
 CREATE OR REPLACE FUNCTION dispatcher_endpoint_gone() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    DELETE FROM webhook_queue WHERE endpoint_id = OLD.id;
+    DELETE FROM webhook_live WHERE endpoint_id = OLD.id;
     RETURN OLD;
 END $$;
 

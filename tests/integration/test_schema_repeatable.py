@@ -259,7 +259,8 @@ async def test_overloads_the_files_no_longer_define_are_dropped(
     ("version", "name", "then", "now"),
     [
         (11, "dispatcher_enqueue_app", "(text,text,json,text,bigint)",
-         "(text,text,json,text,bigint,text[],timestamp with time zone,boolean,text,text)"),
+         "(text,text,json,text,bigint,text[],timestamp with time zone,boolean,text,text,"
+             "bigint,timestamp with time zone)"),
         (17, "dispatcher_cancel_event", "(text,text)", "(text,text,boolean)"),
     ],
 )  # fmt: skip

@@ -1,6 +1,6 @@
 """The hot tables stay vacuumed without autovacuum (real PostgreSQL).
 
-Autovacuum is switched off for webhook_queue in the test database, so the
+Autovacuum is switched off for webhook_live in the test database, so the
 test holds whatever the server's own setting is.
 """
 
@@ -20,7 +20,7 @@ from tests.helpers import FAST, add_endpoint
 async def _dead_rows(conn: asyncpg.Connection) -> tuple[int, int]:
     await conn.execute("SELECT pg_stat_clear_snapshot()")
     row = await conn.fetchrow(
-        "SELECT n_dead_tup, vacuum_count FROM pg_stat_user_tables WHERE relname = 'webhook_queue'"
+        "SELECT n_dead_tup, vacuum_count FROM pg_stat_user_tables WHERE relname = 'webhook_live'"
     )
     assert row is not None
     return int(row[0]), int(row[1])
@@ -29,7 +29,7 @@ async def _dead_rows(conn: asyncpg.Connection) -> tuple[int, int]:
 async def test_maintenance_clears_dead_rows_with_autovacuum_off(
     conn: asyncpg.Connection, db_url: str
 ) -> None:
-    await conn.execute("ALTER TABLE webhook_queue SET (autovacuum_enabled = false)")
+    await conn.execute("ALTER TABLE webhook_live SET (autovacuum_enabled = false)")
     eid, _ = await add_endpoint(conn, "https://example.com/hook")
     await conn.execute(
         "INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload)"
@@ -48,8 +48,8 @@ async def test_maintenance_clears_dead_rows_with_autovacuum_off(
         dead, vacuums = await _dead_rows(conn)
     assert dead >= 40_000
     health = {h.table: h for h in await store.table_health(conn)}
-    assert not health["webhook_queue"].autovacuum_on
-    assert vacuum_due(health["webhook_queue"])
+    assert not health["webhook_live"].autovacuum_on
+    assert vacuum_due(health["webhook_live"])
 
     pool = await create_pool(db_url, size=2)
     try:
@@ -68,4 +68,4 @@ async def test_maintenance_clears_dead_rows_with_autovacuum_off(
     assert dead_after < 1000
     # Nothing left to do: the next round does not vacuum again.
     health = {h.table: h for h in await store.table_health(conn)}
-    assert not vacuum_due(health["webhook_queue"])
+    assert not vacuum_due(health["webhook_live"])
