@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -41,7 +43,7 @@ QUEUE = "coalesce(to_regclass('webhook_live'), to_regclass('webhook_queue'))"
 SIZES = f"""
 SELECT pg_total_relation_size({QUEUE}) AS queue,
        coalesce((SELECT sum(pg_total_relation_size(inhrelid)) FROM pg_inherits
-                 WHERE inhparent = to_regclass('event_payloads')), 0) AS store
+                 WHERE inhparent = to_regclass('event_payloads')), 0)::bigint AS store
 """
 
 
@@ -75,7 +77,10 @@ async def run_one(server: str, fanout: int, events: int, size: int) -> dict[str,
             )
             for i in range(fanout)
         ]
-        body = json.dumps({"order": 1, "pad": "x" * max(0, size - 24)})
+        # Incompressible, as real payloads mostly are to pglz (a run of
+        # one letter would be stored in a few bytes and hide the copies).
+        pad = base64.b64encode(random.Random(fanout).randbytes(size)).decode()[: max(0, size - 24)]
+        body = json.dumps({"order": 1, "pad": pad})
         wal0 = await conn.fetchval("SELECT pg_current_wal_lsn()")
         took = await _produce(url, events, body)
         wal = await conn.fetchval("SELECT pg_current_wal_lsn() - $1::pg_lsn", wal0)

@@ -107,13 +107,15 @@ BEGIN
     ), stored AS (
         -- One copy per event (schema 025): a fan-out's rows reference the
         -- payload store; one row keeps its payload inline. Nothing is
-        -- stored for a repeat of an event its first target already has.
+        -- stored for a repeat of an event a target already has (the rows
+        -- new to it, if any, then keep the payload inline: never without).
+        -- Through the (event_id, endpoint_id) index, as the check below.
         INSERT INTO event_payloads (body)
         SELECT p_payload
         WHERE dispatcher_enqueue_app.payload_id IS NULL AND (SELECT count(*) FROM target) > 1
           AND NOT (p_event_id IS NOT NULL AND EXISTS (
-                SELECT 1 FROM webhook_live q
-                WHERE q.event_id = v_event_id AND q.endpoint_id = (SELECT min(id) FROM target)))
+                SELECT 1 FROM webhook_live q JOIN target t ON t.id = q.endpoint_id
+                WHERE q.event_id = v_event_id))
         RETURNING id, created_at
     ), ref AS (
         SELECT id, created_at FROM stored
