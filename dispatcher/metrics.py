@@ -23,6 +23,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import HistogramMetricFamily, Metric
 
+from dispatcher.core.models import Timing
 from dispatcher.core.rows import QueueGauges
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60)
@@ -118,11 +119,15 @@ class Metrics:
             "dispatcher_attempt_seconds", "HTTP attempt latency", _LATENCY_BUCKETS, r
         )
         # The phases an attempt's record times (SPEC "Traces and attempt
-        # details"), per endpoint: connecting (new connections only) and the
-        # first byte. TLS is inside connect (aiohttp does both in one call).
+        # details"), per endpoint: the TCP connect and the TLS handshake (new
+        # connections only) and the first byte.
         self.connect_seconds = EndpointBatchHistograms(
             "dispatcher_attempt_connect_seconds",
-            "Opening a connection for an attempt (TCP and TLS)", _LATENCY_BUCKETS, r,
+            "The TCP connect of a connection opened for an attempt", _LATENCY_BUCKETS, r,
+        )  # fmt: skip
+        self.tls_seconds = EndpointBatchHistograms(
+            "dispatcher_attempt_tls_seconds",
+            "The TLS handshake of a connection opened for an attempt", _LATENCY_BUCKETS, r,
         )  # fmt: skip
         self.first_byte_seconds = EndpointBatchHistograms(
             "dispatcher_attempt_first_byte_seconds",
@@ -178,11 +183,13 @@ class Metrics:
         for outcome, n in counts.items():
             self.deliveries.labels(outcome).inc(n)
 
-    def record_timings(self, timings: Iterable[tuple[int, tuple[float | None, float]]]) -> None:
-        """(endpoint, (connect s or None, first byte s)) of answered attempts."""
+    def record_timings(self, timings: Iterable[tuple[int, Timing]]) -> None:
+        """(endpoint, (connect s, TLS s, first byte s)) of answered attempts;
+        None for a phase the attempt did not have."""
         listed = list(timings)
-        self.connect_seconds.observe_many((e, c) for e, (c, _) in listed if c is not None)
-        self.first_byte_seconds.observe_many((e, f) for e, (_, f) in listed)
+        self.connect_seconds.observe_many((e, c) for e, (c, _, _) in listed if c is not None)
+        self.tls_seconds.observe_many((e, t) for e, (_, t, _) in listed if t is not None)
+        self.first_byte_seconds.observe_many((e, f) for e, (_, _, f) in listed)
 
     def record_lags(self, lags: Iterable[float]) -> None:
         self.lag_seconds.observe_many(lags)

@@ -118,6 +118,12 @@ class Delivery:
     tracestate: str | None = None
 
 
+# An answered attempt's (TCP connect, TLS handshake, first byte) in seconds,
+# for the metrics: connect and TLS None on a reused connection, TLS on
+# plain HTTP.
+Timing = tuple[float | None, float | None, float]
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AttemptResult:
     """What the sender saw on the wire for one attempt."""
@@ -131,9 +137,7 @@ class AttemptResult:
     overloaded: bool = False  # 429 or 503: the receiver says it has too much
     timed_out: bool = False  # no status line within the timeout
     detail: bytes | None = None  # core.attemptdetail's record of what was seen
-    # (connect, first byte) in seconds, for the metrics; connect None on a
-    # reused connection; None when no answer came.
-    timing: tuple[float | None, float] | None = None
+    timing: Timing | None = None  # None when no answer came
     remote_addr: str | None = None  # who answered (for a span; the record has it too)
 
 
@@ -184,7 +188,7 @@ class Outcome(NamedTuple):
     # failover, tells this outcome from a newer attempt (core.failover).
     attempt: int = -1
     detail: bytes | None = None  # the attempt's record (core.attemptdetail)
-    timing: tuple[float | None, float] | None = None  # AttemptResult.timing
+    timing: Timing | None = None  # AttemptResult.timing
 
     @classmethod
     def unsendable(cls, d: Delivery, error: str) -> Outcome:

@@ -87,7 +87,9 @@ RETENTION_HELP: tuple[tuple[str, str, str], ...] = (
     (
         "DISPATCHER_RETENTION_PAYLOAD_S",
         "payloads of final deliveries (and of Svix messages) older than this (since enqueued)"
-        " are erased while the rows stay: such a delivery shows `payload_expired: true` and"
+        " are erased while the rows stay (the payload store's days, schema 025, are dropped"
+        " whole; a delivery still to be sent keeps its payload): such a delivery shows"
+        " `payload_expired: true` and"
         " cannot be resent or replayed; 0 keeps them. It matters when a row outlives it (a"
         " retention above, or 0)",
         "7776000 (90 days)",

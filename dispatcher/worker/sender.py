@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import socket
 import ssl
 import time
@@ -33,6 +32,7 @@ from dispatcher.core.shaping import SUCCESS_BODY_BYTES, body_matches
 from dispatcher.core.ssrf import UNRESOLVED, check_address
 from dispatcher.worker.attempterrors import attempt_error, refused_target
 from dispatcher.worker.deadlines import Deadlines
+from dispatcher.worker.phases import CURRENT, Phases, TimedConnector
 from dispatcher.worker.tracing import Tracing
 from dispatcher.worker.wire import EndpointWire, load_client_cert
 
@@ -40,29 +40,6 @@ MAX_ERROR_LEN = 300
 # aiohttp arms no timer of its own: the endpoint's timeout is kept by
 # Deadlines (one sweeper for every request in flight).
 NO_TIMER = aiohttp.ClientTimeout(total=None, connect=None, sock_read=None, sock_connect=None)
-
-# The attempt being sent in this task: [dns_s, connection_s], filled in by
-# the resolver and the connector only when the attempt opens a connection
-# (a reused one costs nothing here). A context variable, not aiohttp's
-# trace hooks, which would cost every request a round of empty signals.
-_PHASES: contextvars.ContextVar[list[float | None] | None] = contextvars.ContextVar(
-    "dispatcher_attempt_phases", default=None
-)
-
-
-class TimedConnector(aiohttp.TCPConnector):
-    """aiohttp's connector, timing the connections it opens for an attempt
-    (DNS, TCP connect and TLS handshake together: aiohttp does the two in
-    one call)."""
-
-    async def _create_connection(self, req: Any, traces: Any, timeout: Any) -> Any:
-        phases = _PHASES.get()
-        if phases is None:
-            return await super()._create_connection(req, traces, timeout)
-        t0 = time.perf_counter()
-        proto = await super()._create_connection(req, traces, timeout)
-        phases[1] = time.perf_counter() - t0
-        return proto
 
 
 class GuardedResolver(AbstractResolver):
@@ -92,8 +69,8 @@ class GuardedResolver(AbstractResolver):
     ) -> list[ResolveResult]:
         t0 = time.perf_counter()
         answers = await self._inner.resolve(host, port, family)
-        if (phases := _PHASES.get()) is not None:
-            phases[0] = time.perf_counter() - t0
+        if (phases := CURRENT.get()) is not None:
+            phases.dns = time.perf_counter() - t0
         if host == self._proxy_host:
             return answers
         kept = []
@@ -226,15 +203,21 @@ class Sender:
         )
 
     async def post(
-        self, wire: EndpointWire, d: Delivery, doc: Any = None, shown: list[Any] | None = None
+        self,
+        wire: EndpointWire,
+        d: Delivery,
+        doc: Any = None,
+        shown: list[Any] | None = None,
+        breaker: str | None = None,
     ) -> AttemptResult:
         """One attempt of `d`. `doc`: the payload as data (wire.prepare),
         needed when the wire is shaped (URL macros, form body). `shown`
         (a test shot, never the queue): gets the method, the URL sent and
-        the start of the answer's body, to show a person once."""
+        the start of the answer's body, to show a person once. `breaker`:
+        the endpoint's breaker state it was admitted under, for the span."""
         if self.tracing is None or shown is not None:
             return await self._post(wire, d, doc, shown, None)
-        span, parent = self.tracing.start(d, wire)
+        span, parent = self.tracing.start(d, wire, breaker)
         try:
             result = await self._post(wire, d, doc, shown, parent)
         except BaseException:
@@ -281,8 +264,8 @@ class Sender:
         # the attempt, shown only within its application (schema 024).
         fired = str(target) if wire.shaped else None
         answer = b""
-        phases: list[float | None] = [None, None]
-        token = _PHASES.set(phases)
+        phases = Phases()
+        token = CURRENT.set(phases)
         remote: str | None = None
         got: list[list[str]] | None = None
         t0 = time.perf_counter()
@@ -337,13 +320,13 @@ class Sender:
             return self._failed(Verdict.RETRYABLE, t0, attempt_error(exc), detail=failed)
         finally:
             self.deadlines.done(watch)
-            _PHASES.reset(token)
+            CURRENT.reset(token)
         if shown is not None:
             shown.append(answer)
         detail = _record(phases, ttfb, t0, remote=remote, headers=got, body=answer, fired=fired,
                          span=span)  # fmt: skip
         # For the per-endpoint histograms (metrics.py) and the span.
-        timing = (_connect_s(phases), ttfb)
+        timing = (phases.connect(), phases.tls, ttfb)
         verdict = classify_status(status)
         if verdict is Verdict.SUCCESS:
             if wire.success is not None and not body_matches(wire.success, answer):
@@ -417,14 +400,8 @@ def _peer(resp: aiohttp.ClientResponse) -> str | None:
     return None if not peer else str(peer[0])
 
 
-def _connect_s(phases: list[float | None]) -> float | None:
-    """Opening the connection, less its DNS: None on a reused one."""
-    dns, opened = phases
-    return None if opened is None else max(opened - (dns or 0.0), 0.0)
-
-
 def _record(
-    phases: list[float | None],
+    phases: Phases,
     ttfb_s: float | None,
     t0: float,
     *,
@@ -434,12 +411,12 @@ def _record(
     fired: str | None = None,
     span: str | None = None,
 ) -> bytes:
-    """The attempt's record (core.attemptdetail): DNS, and the connection
-    less its DNS, when this attempt opened one."""
+    """The attempt's record (core.attemptdetail): DNS, the TCP connect and
+    the TLS handshake when this attempt opened a connection."""
     return attemptdetail.encode(
-        dns_s=phases[0],
-        connect_s=_connect_s(phases),
-        tls_s=None,
+        dns_s=phases.dns,
+        connect_s=phases.connect(),
+        tls_s=phases.tls,
         ttfb_s=ttfb_s,
         total_s=time.perf_counter() - t0,
         remote_addr=remote,

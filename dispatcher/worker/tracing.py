@@ -17,8 +17,8 @@ What a span carries: OpenTelemetry's HTTP client attributes (method, the
 endpoint's scheme, host, port and path: never its query, which a postback
 fills with macro values, nor credentials), the status code, `error.type`
 (our error class), the peer address, and ours: the endpoint, application,
-event type, event and delivery ids, attempt number and verdict. Never a
-payload, a header value, a secret or a macro value.
+event type, event and delivery ids, attempt number, breaker state and
+verdict. Never a payload, a header value, a secret or a macro value.
 """
 
 from __future__ import annotations
@@ -80,9 +80,10 @@ class Tracing:
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         return cls(provider)
 
-    def start(self, d: Delivery, wire: EndpointWire) -> tuple[Any, str]:
+    def start(self, d: Delivery, wire: EndpointWire, breaker: str | None = None) -> tuple[Any, str]:
         """The attempt's span, started now, and the traceparent that makes
-        the receiver's work its child."""
+        the receiver's work its child. `breaker`: the endpoint's breaker
+        state the attempt went under (`closed`, or `half_open` for a trial)."""
         parent = None
         if d.traceparent is not None:
             carrier = {"traceparent": d.traceparent}
@@ -103,6 +104,8 @@ class Tracing:
             "dispatcher.delivery.id": d.id,
             "dispatcher.attempt": d.attempt_count + 1,
         }
+        if breaker is not None:
+            attributes["dispatcher.breaker.state"] = breaker
         span = self._tracer.start_span(
             f"{wire.method} webhook", context=parent, kind=self._client, attributes=attributes,
             start_time=time.time_ns(),

@@ -86,6 +86,7 @@ async def test_attempts_are_client_spans_of_the_producers_trace(
     assert attrs["server.address"] == "127.0.0.1" and attrs["url.scheme"] == "http"
     assert attrs["dispatcher.endpoint.id"] == ep and attrs["dispatcher.event.type"] == "conv"
     assert attrs["dispatcher.attempt"] == 1 and attrs["dispatcher.verdict"] == "success"
+    assert attrs["dispatcher.breaker.state"] == "closed"
     assert attrs["network.peer.address"] == "127.0.0.1"
     assert all(SECRET_VALUE not in str(v) for v in attrs.values()), attrs
     assert "?" not in str(attrs["url.full"])

@@ -411,6 +411,8 @@ async def test_metrics_count_every_attempt_and_delivery(
     for eid in ids:
         assert value(f'dispatcher_attempt_first_byte_seconds_count{{endpoint="{eid}"}}') == 7
         assert value(f'dispatcher_attempt_connect_seconds_count{{endpoint="{eid}"}}') >= 1
+        # Plain HTTP: no handshake to time.
+        assert f'dispatcher_attempt_tls_seconds_count{{endpoint="{eid}"}}' not in text
     timed_out = await conn.fetch(
         "SELECT response_ms FROM endpoint_latency WHERE error = 'timeout after 200 ms'"
     )

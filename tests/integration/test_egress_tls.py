@@ -5,6 +5,7 @@ worker with one clear line."""
 
 from __future__ import annotations
 
+import json
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -54,6 +55,11 @@ async def test_a_ca_file_makes_its_certificates_trusted(
     await drain(db_url, ca_file=tls.ca)
     row = await conn.fetchrow("SELECT status, attempt_count, last_status_code FROM webhook_queue")
     assert (row["status"], row["attempt_count"], row["last_status_code"]) == ("delivered", 1, 204)
+    # The handshake timed apart from the TCP connect (worker/phases.py),
+    # both within the attempt's total; no DNS for an IP literal.
+    t = json.loads(await conn.fetchval("SELECT detail FROM endpoint_latency"))["timings_ms"]
+    assert t["dns"] is None and t["tls"] is not None and t["connect"] is not None
+    assert 0 < t["tls"] and t["connect"] + t["tls"] <= t["total"]
 
 
 async def test_an_unknown_ca_is_refused_and_retried(
