@@ -314,10 +314,10 @@ async def recreate_database(server_url: str, name: str) -> str:
 # MIGRATION_LOCK from here.
 from dispatcher.db.migrator import (  # noqa: E402, F401
     AFTER,
+    DAY_PARTITIONED,
     DAYS_AHEAD,
     REPEATABLE_PREFIX,
     UNUSABLE_PATTERN,
-    day_partitioned,
     has_statements,
     migrate,
     migrations,

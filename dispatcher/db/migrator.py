@@ -140,15 +140,9 @@ def _changed(files: list[tuple[str, str]], stored: dict[str, str]) -> bool:
 DAYS_AHEAD = 3
 
 
-def day_partitioned(
-    attempts_s: float | None, payload_s: float | None
-) -> list[tuple[str, str, float | None]]:
-    """The tables partitioned by day: (table, its time column, how long
-    its days are kept, None: forever)."""
-    return [
-        ("endpoint_latency", "measured_at", attempts_s),
-        ("event_payloads", "created_at", payload_s),
-    ]
+# The tables partitioned by day (dispatcher_day_partitions reads each one's
+# time column from its partition key).
+DAY_PARTITIONED = ("endpoint_latency", "event_payloads")
 
 
 async def migrate(conn: Conn) -> list[str]:
@@ -206,10 +200,8 @@ async def migrate(conn: Conn) -> list[str]:
             applied_now += [REPEATABLE_PREFIX + name for name, _ in files]
         # The days (schema 023, 025), so a fresh database's first attempts
         # and payloads land in their day; maintenance keeps them coming.
-        for parent, column, _ in day_partitioned(None, None):
-            await conn.execute(
-                "SELECT dispatcher_day_partitions($1, $2, $3, NULL)", parent, column, DAYS_AHEAD
-            )
+        for parent in DAY_PARTITIONED:
+            await conn.execute("SELECT dispatcher_day_partitions($1, $2, NULL)", parent, DAYS_AHEAD)
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
     return applied_now

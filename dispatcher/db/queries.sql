@@ -542,10 +542,10 @@ WHERE ctid = ANY (ARRAY(
     LIMIT $2));
 
 -- name: day_partitions
--- Today's and the next days' partitions of a partitioned table ($1, by its
--- column $2) made, the days past its retention ($4 s; NULL keeps them)
--- dropped (schema/functions/partitions.sql).
-SELECT created, dropped FROM dispatcher_day_partitions($1, $2, $3, $4);
+-- Today's and the next $2 days' partitions of a table partitioned by day
+-- ($1) made, the days past its retention ($3 s; NULL keeps them) dropped
+-- (schema/functions/partitions.sql).
+SELECT created, dropped FROM dispatcher_day_partitions($1, $2, $3);
 
 -- name: prune_messages
 -- Svix-API messages past retention, but never one a delivery is still to

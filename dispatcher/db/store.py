@@ -22,11 +22,11 @@ from dispatcher.core.secretbox import PREFIX as SEALED
 from dispatcher.core.secretbox import SecretBox, SecretUnreadable, unseal
 from dispatcher.core.tablehealth import HOT_TABLES, TableHealth
 from dispatcher.db import (
+    DAY_PARTITIONED,
     DAYS_AHEAD,
     MAINTENANCE_LOCK,
     Conn,
     Q,
-    day_partitioned,
     latency,
     opswebhooks,
 )
@@ -366,8 +366,9 @@ async def maintain(
     # transaction; then up to max_batches short deletes a round of what the
     # attempt log's default partition holds.
     attempts_s = kept(keep.attempts_s)
-    for parent, column, keep_s in day_partitioned(attempts_s, kept(keep.payload_s)):
-        await conn.execute(Q["day_partitions"], parent, column, DAYS_AHEAD, keep_s)
+    days_kept = {"endpoint_latency": attempts_s, "event_payloads": kept(keep.payload_s)}
+    for parent in DAY_PARTITIONED:
+        await conn.execute(Q["day_partitions"], parent, DAYS_AHEAD, days_kept[parent])
     if attempts_s is not None:
         for _ in range(max_batches):
             gone = await conn.execute(Q["prune_latency"], attempts_s, batch)

@@ -5,7 +5,7 @@
 -- (CONTRIBUTING.md, "Changing the schema").
 
 -- Makes p_parent's partitions of today and the p_ahead days after it that
--- are missing (named PARENT_pYYYYMMDD, UTC days of p_column), and drops
+-- are missing (named PARENT_pYYYYMMDD, UTC days of its partition key), and drops
 -- every partition whose whole range is older than p_keep_s (NULL: keeps
 -- them all). A day whose rows went to the default partition meanwhile
 -- takes them along. DDL waits at most a second for its lock and is
@@ -18,11 +18,16 @@
 -- what a live row still needs. Delivered and dead rows of the day then
 -- show payload_expired.
 CREATE OR REPLACE FUNCTION dispatcher_day_partitions(
-    p_parent text, p_column text, p_ahead integer, p_keep_s float8
+    p_parent text, p_ahead integer, p_keep_s float8
 ) RETURNS TABLE (created integer, dropped integer)
 LANGUAGE plpgsql AS $$
 DECLARE
     today timestamptz := date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC';
+    -- The table's own partition key, so no caller can name another column.
+    p_column text := (SELECT a.attname FROM pg_partitioned_table pt
+                      JOIN pg_attribute a ON a.attrelid = pt.partrelid
+                                         AND a.attnum = pt.partattrs[0]
+                      WHERE pt.partrelid = p_parent::regclass);
     lo timestamptz;
     hi timestamptz;
     part text;

@@ -297,7 +297,7 @@ CREATE OR REPLACE FUNCTION dispatcher_erase_deliveries(p_ids bigint[])
 RETURNS TABLE (id bigint, endpoint_id bigint, event_id text)
 LANGUAGE sql AS $$
     WITH target AS MATERIALIZED (
-        SELECT q.id, q.payload_id, q.payload_at FROM webhook_live q
+        SELECT q.id, q.endpoint_id, q.event_id, q.payload_id, q.payload_at FROM webhook_live q
         WHERE q.id = ANY (p_ids) AND (q.payload IS NOT NULL OR q.payload_id IS NOT NULL)
         FOR UPDATE
     ), erased AS (
@@ -315,9 +315,8 @@ LANGUAGE sql AS $$
         RETURNING q.id, q.endpoint_id, q.event_id, q.created_at
     ), stored AS (
         DELETE FROM event_payloads p
-        USING (SELECT DISTINCT t.payload_id, t.payload_at, e.application_id, q.event_id
-               FROM target t JOIN webhook_live q ON q.id = t.id
-               JOIN endpoints e ON e.id = q.endpoint_id
+        USING (SELECT DISTINCT t.payload_id, t.payload_at, e.application_id, t.event_id
+               FROM target t JOIN endpoints e ON e.id = t.endpoint_id
                WHERE t.payload_id IS NOT NULL) t
         WHERE p.id = t.payload_id AND p.created_at = t.payload_at
           AND NOT EXISTS (SELECT 1 FROM messages m

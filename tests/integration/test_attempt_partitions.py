@@ -60,9 +60,7 @@ async def test_a_fresh_database_has_days_a_default_and_the_counter(
     # the days stay; a day made later takes its rows out of the default.
     assert await store.maintain(conn, DAY_S, Retention()) is not None
     assert set(await _where(conn)) == {"now", "ahead", "far"}
-    await conn.execute(
-        "SELECT dispatcher_day_partitions('endpoint_latency', 'measured_at', 7, NULL)"
-    )
+    await conn.execute("SELECT dispatcher_day_partitions('endpoint_latency', 7, NULL)")
     far = (await _where(conn))["far"]
     assert far.startswith("endpoint_latency_p") and far != "endpoint_latency_default"
     assert await conn.fetchval("SELECT count(*) FROM endpoint_latency_default") == 0
@@ -75,7 +73,7 @@ async def test_retention_drops_whole_days(conn: asyncpg.Connection) -> None:
     # A retention of minus one day: every partition whose range ends before
     # tomorrow this time is past it, today's among them.
     made, dropped = await conn.fetchrow(
-        "SELECT * FROM dispatcher_day_partitions('endpoint_latency', 'measured_at', 3, $1)", -DAY_S
+        "SELECT * FROM dispatcher_day_partitions('endpoint_latency', 3, $1)", -DAY_S
     )
     assert (made, dropped) == (0, 1)
     assert set(await _where(conn)) == {"ahead"}
@@ -113,11 +111,11 @@ async def test_an_upgrade_keeps_the_history_as_one_partition(empty_db_url: str) 
         ) == 4  # fmt: skip
         # Its range ends tomorrow: dropped whole once that is past retention.
         _, dropped = await conn.fetchrow(
-            "SELECT * FROM dispatcher_day_partitions('endpoint_latency', 'measured_at', 3, $1)", 0.0
+            "SELECT * FROM dispatcher_day_partitions('endpoint_latency', 3, $1)", 0.0
         )
         assert dropped == 0 and "week" in await _where(conn)
         _, dropped = await conn.fetchrow(
-            "SELECT * FROM dispatcher_day_partitions('endpoint_latency', 'measured_at', 3, $1)",
+            "SELECT * FROM dispatcher_day_partitions('endpoint_latency', 3, $1)",
             -DAY_S,
         )
         assert await conn.fetchval("SELECT to_regclass('endpoint_latency_legacy')") is None

@@ -149,7 +149,7 @@ async def test_payload_retention_drops_days_but_not_what_is_still_to_send(
     await store.maintain(conn, 86400.0, Retention())
     assert await conn.fetchval("SELECT count(*) FROM webhook_queue WHERE payload IS NULL") == 0
     made, dropped = await conn.fetchrow(
-        "SELECT * FROM dispatcher_day_partitions('event_payloads', 'created_at', 3, $1)", -86400.0
+        "SELECT * FROM dispatcher_day_partitions('event_payloads', 3, $1)", -86400.0
     )
     assert (made, dropped) == (0, 1)
     rows = {
