@@ -68,6 +68,16 @@ def _networks(raw: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _brokers(raw: str) -> frozenset[str]:
+    """DISPATCHER_BROKERS_ALLOWED: `scheme://host:port`, comma-separated."""
+    from dispatcher.core.destinations import broker_address
+
+    try:
+        return frozenset(broker_address(p) for p in raw.replace(" ", ",").split(",") if p)
+    except BadInput as exc:
+        raise BadInput(f"DISPATCHER_BROKERS_ALLOWED: {exc}") from None
+
+
 def _names(raw: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
     if raw is None:
         return default
@@ -158,6 +168,9 @@ class Settings:
     # Security and privacy.
     secret_key: str | None = None  # DISPATCHER_SECRET_KEY: encrypts endpoint secrets at rest
     allowed_networks: tuple[str, ...] = ()  # private networks allowed despite the SSRF guard
+    # Brokers (scheme://host:port) a tenant's endpoint may publish to; the
+    # operator's may use any (SPEC "Destinations").
+    brokers_allowed: frozenset[str] = frozenset()
     max_payload_bytes: int = 256 * 1024
     # Failed credentials per client address per minute before 429 (0: off).
     auth_failures_per_min: int = 20
@@ -196,6 +209,7 @@ class Settings:
             dedup_window_s=max(1.0, _float(env, "DISPATCHER_DEDUP_WINDOW_S", DAY_S)),
             secret_key=env.get("DISPATCHER_SECRET_KEY") or None,
             allowed_networks=_networks(env.get("DISPATCHER_ALLOWED_NETWORKS", "")),
+            brokers_allowed=_brokers(env.get("DISPATCHER_BROKERS_ALLOWED", "")),
             max_payload_bytes=max(1, _int(env, "DISPATCHER_MAX_PAYLOAD_BYTES", 256 * 1024)),
             auth_failures_per_min=_int(env, "DISPATCHER_AUTH_FAILURES_PER_MIN", 20),
             sensitive_fields=_names(env.get("DISPATCHER_SENSITIVE_FIELDS"), SENSITIVE_FIELDS),
@@ -209,6 +223,7 @@ class Settings:
         return TargetPolicy(
             allow_private=self.allow_private_targets,
             allowed_networks=self.allowed_networks,
+            brokers_allowed=self.brokers_allowed,
             names_via_proxy=self.http_proxy is not None,
             own_origins=tuple(self.own_server.origins) if self.own_server else (),
             credentials=tuple(
@@ -274,6 +289,13 @@ ENVIRONMENT: tuple[Variable, ...] = (
         "DISPATCHER_ALLOWED_NETWORKS",
         "comma-separated private networks allowed despite the SSRF guard (`10.1.0.0/16,fd00::/8`)",
         "none",
+    ),
+    Variable(
+        "DISPATCHER_BROKERS_ALLOWED",
+        "comma-separated brokers (`amqp://mq.internal:5672,nats://10.0.0.7:4222`) a tenant's "
+        "endpoint may publish to, trusted wherever they are (a private address too): "
+        "[destinations](../guide/destinations.md)",
+        "none: only the operator's endpoints publish to brokers",
     ),
     Variable(
         "DISPATCHER_ADMIN_TOKEN",

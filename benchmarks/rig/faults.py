@@ -23,6 +23,10 @@ from .rig import Rig
 
 FAULTS = ("kill_leader", "switchover", "partition_worker", "partition_leader")
 PARTITION_S = 20.0
+# After a partition heals the producer keeps going at least this long, so a
+# worker that reconnects within the SPEC's 10 s still finds work to deliver
+# (with the queue drained by the other host there is nothing to see it by).
+POST_HEAL_S = 12.0
 DRAIN_LIMIT_S = 90.0
 HEAL_LIMIT_S = 120.0
 
@@ -47,6 +51,7 @@ async def _inject(rig: Rig, fault: str, observe_s: float) -> dict[str, Any]:
         await asyncio.sleep(PARTITION_S)
         rig.net.heal(host)
         info["healed_at"] = time.time()
+        observe_s = max(observe_s, PARTITION_S + POST_HEAL_S)
     else:
         raise ValueError(f"unknown fault {fault}")
     await asyncio.sleep(max(0.0, observe_s - (time.monotonic() - t0)))

@@ -93,6 +93,14 @@ def check_address(
 _SCHEMELESS = re.compile(r"[\w.-]+(:\d+)?(/|$)")
 
 
+def check_url_text(url: object) -> None:
+    """What every endpoint URL must be, whatever its scheme."""
+    if not isinstance(url, str) or not url or len(url) > 2048:
+        raise BadInput("url must be a non-empty string of at most 2048 characters")
+    if any(c in url for c in "\r\n\t ") or not url.isprintable():
+        raise BadInput("url must not contain whitespace or control characters")
+
+
 def parse_target(url: str) -> URL:
     """The URL exactly as the sender will send to it, or BadInput.
 
@@ -102,10 +110,7 @@ def parse_target(url: str) -> URL:
     by the worker later. Hosts made only of digits and dots, which aiohttp
     sends only in canonical dotted-quad form, must be an address.
     """
-    if not isinstance(url, str) or not url or len(url) > 2048:
-        raise BadInput("url must be a non-empty string of at most 2048 characters")
-    if any(c in url for c in "\r\n\t ") or not url.isprintable():
-        raise BadInput("url must not contain whitespace or control characters")
+    check_url_text(url)
     try:
         target = URL(url)
         host = target.raw_host
@@ -202,6 +207,8 @@ class TargetPolicy:
 
     allow_private: bool = False
     allowed_networks: tuple[str, ...] = ()
+    # DISPATCHER_BROKERS_ALLOWED (core.destinations' allow_key form).
+    brokers_allowed: frozenset[str] = frozenset()
     # Behind DISPATCHER_HTTP_PROXY the proxy resolves names: only literal
     # addresses are judged here, and the proxy must enforce the rest.
     names_via_proxy: bool = False

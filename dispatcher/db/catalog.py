@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import asyncpg
 import orjson
 
+from dispatcher.core.destinations import masked_url, seal_url
 from dispatcher.core.errors import BadInput, Conflict, UnknownEndpoint
 from dispatcher.core.models import EndpointSpec
 from dispatcher.core.rows import (
@@ -130,7 +131,7 @@ async def add_endpoint(
         try:
             row = await conn.fetchrow(
                 Q["insert_endpoint"],
-                spec.url,
+                seal_url(box, spec.url),
                 seal(box, secret),
                 *_settings_args(spec, box),
                 _headers_json(seal_headers(box, spec.headers)),
@@ -168,7 +169,7 @@ async def update_endpoint(
     row = await conn.fetchrow(
         Q["update_endpoint"],
         endpoint_id,
-        spec.url,
+        seal_url(box, spec.url),
         *_settings_args(spec, box),
         _headers_json(stored_headers),
     )
@@ -411,7 +412,9 @@ async def endpoint_health(
     percentiles first (a scan of the window) instead of reading the stored ones."""
     if refresh:
         await latency.refresh_percentiles(conn, window_s)
-    return _typed(EndpointHealth, await conn.fetch(Q["endpoint_health_report"], app))
+    rows = await conn.fetch(Q["endpoint_health_report"], app)
+    # A broker URL's password is sealed in the row, and never shown.
+    return [EndpointHealth(**{**dict(r), "url": masked_url(r["url"])}) for r in rows]
 
 
 async def alert_inputs(conn: Conn) -> AlertInputs:

@@ -14,6 +14,7 @@ from typing import NamedTuple
 import asyncpg
 
 from dispatcher.core.breaker import Breaker, BreakerState, effective_threshold
+from dispatcher.core.destinations import open_url
 from dispatcher.core.failover import Rewrite
 from dispatcher.core.models import Delivery, Endpoint, Outcome, out_of_range
 from dispatcher.core.opsevents import OpsEvent
@@ -49,7 +50,7 @@ def endpoint_from_row(
             settings[name] = unseal(box, settings[name])
     return Endpoint(
         id=row["id"],
-        url=row["url"],
+        url=open_url(box, row["url"]),  # a broker URL's password is sealed
         secrets=tuple(unseal(box, s) for s in (row["secret"], *old_secrets)),
         enabled=row["enabled"],
         app=row["application_id"],

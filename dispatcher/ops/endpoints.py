@@ -21,6 +21,15 @@ from typing import Any
 import orjson
 
 from dispatcher.core import opsevents
+from dispatcher.core.destinations import (
+    HTTP,
+    POLL,
+    broker_refusal,
+    kept_password,
+    kind_of,
+    masked_url,
+    parse_broker,
+)
 from dispatcher.core.errors import BadInput
 from dispatcher.core.models import SETTING_NAMES, EndpointSpec, carried_credential
 from dispatcher.core.rows import EndpointRecord
@@ -54,11 +63,26 @@ HEADER_MASK = "••••"
 RESOLVE_TIMEOUT_S = 3.0
 
 
-async def vet_target(url: str, targets: TargetPolicy, style: str = "brace") -> None:
+async def vet_target(
+    url: str, targets: TargetPolicy, style: str = "brace", *, tenant: bool = False
+) -> None:
     """The SSRF guard at `endpoint add`: the literal address, then what the
     name resolves to now. A name that does not resolve (yet), or a resolver
     that does not answer in time, is accepted: the sender checks every
-    connection after DNS anyway, and a receiver's DNS may go live later."""
+    connection after DNS anyway, and a receiver's DNS may go live later.
+    `tenant`: an application's own credential asks (a broker must then be
+    one DISPATCHER_BROKERS_ALLOWED lists)."""
+    kind = kind_of(url)
+    if kind == POLL:
+        return
+    if kind != HTTP:
+        broker = parse_broker(url)
+        why = broker_refusal(broker, targets, tenant=tenant)
+        if why is not None:
+            raise BadInput(why)
+        if broker.allow_key not in targets.brokers_allowed and not targets.allow_private:
+            check_resolved(broker.host, await _addresses(broker.host), targets)
+        return
     url = url_sample(url, style)
     check_target(url, targets)
     # This server's own origin is refused whatever allows private targets:
@@ -71,20 +95,30 @@ async def vet_target(url: str, targets: TargetPolicy, style: str = "brace") -> N
     host = target.host
     if host is None or literal_address(target.raw_host or "") is not None:
         return
-    loop = asyncio.get_running_loop()
-    try:
-        infos = await asyncio.wait_for(
-            loop.getaddrinfo(host, None, type=socket.SOCK_STREAM), RESOLVE_TIMEOUT_S
-        )
-    except (OSError, TimeoutError, UnicodeError):
+    addresses = await _addresses(host)
+    if not addresses:
         return
-    addresses = [str(info[4][0]) for info in infos]
     port = target.explicit_port or (443 if target.scheme == "https" else 80)
     why = own_address_refusal(host, port, addresses, targets.own_origins)
     if why is not None:
         raise BadInput(f"url refused: {why} (an endpoint may not call this server)")
     if judge_private:
         check_resolved(host, addresses, targets)
+
+
+async def _addresses(host: str) -> list[str]:
+    """What `host` resolves to now; none when it does not (yet), or the
+    resolver does not answer in time."""
+    if literal_address(host) is not None:
+        return []  # judged as a literal already
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await asyncio.wait_for(
+            loop.getaddrinfo(host, None, type=socket.SOCK_STREAM), RESOLVE_TIMEOUT_S
+        )
+    except (OSError, TimeoutError, UnicodeError):
+        return []
+    return [str(info[4][0]) for info in infos]
 
 
 def check_credentials(headers: Sequence[tuple[str, str]], targets: TargetPolicy | None) -> None:
@@ -106,7 +140,8 @@ def endpoint_public(record: EndpointRecord, *, secret: str | None = None) -> dic
     """An endpoint as users see it: the secret (and for an ed25519 key its
     public half) only when just created or rotated."""
     out: dict[str, Any] = {"id": record.id, "app": record.application_id, "name": record.name}
-    out["url"] = record.url
+    out["url"] = masked_url(record.url)  # a broker's password is never shown
+    out["kind"] = kind_of(record.url)
     out["description"] = record.description
     out.update((name, getattr(record, name)) for name in SETTING_NAMES)
     out["event_types"] = list(record.event_types)
@@ -163,7 +198,7 @@ async def add_endpoint(
     max_endpoints; the operator's CLI and the Python API are not held to it."""
     spec.validate()  # a spec built in Python skips spec_from_fields: same ranges
     if targets is not None:
-        await vet_target(spec.url, targets, spec.macro_style)
+        await vet_target(spec.url, targets, spec.macro_style, tenant=charged)
     if any(value == HEADER_MASK for _, value in spec.headers):
         raise BadInput(f"a header value {HEADER_MASK} only keeps a stored value in an update")
     check_credentials(spec.headers, targets)
@@ -219,6 +254,8 @@ async def update_endpoint(
         if patch.get("app", current.application_id) != current.application_id:
             raise BadInput("an endpoint stays in its application")
         patch = {k: v for k, v in patch.items() if k != "app"}
+        if isinstance(patch.get("url"), str):  # the masked password keeps the stored one
+            patch = {**patch, "url": kept_password(patch["url"], current.url)}
         # The stored headers may be sealed: they are carried over, not re-validated.
         base = EndpointSpec(
             url=current.url,
@@ -228,8 +265,8 @@ async def update_endpoint(
         )
         spec = spec_from_fields(patch, base)
         if targets is not None and spec.url != current.url:
-            await vet_target(spec.url, targets, spec.macro_style)
-        elif targets is not None:
+            await vet_target(spec.url, targets, spec.macro_style, tenant=charged)
+        elif targets is not None and kind_of(spec.url) == HTTP:
             check_target(url_sample(spec.url, spec.macro_style), targets)
         stored = current.headers
         if "headers" in patch:
@@ -340,4 +377,4 @@ async def delete_endpoint(
     async with conn.transaction():
         record, dead = await catalog.delete_endpoint(conn, endpoint_id, force=force)
         await _announce(conn, opsevents.ENDPOINT_DELETED, endpoint_id, charge=_charge(app, charged))
-    return {"id": record.id, "url": record.url, "deleted": True, "dead_lettered": dead}
+    return {"id": record.id, "url": masked_url(record.url), "deleted": True, "dead_lettered": dead}

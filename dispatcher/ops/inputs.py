@@ -18,11 +18,11 @@ from typing import Any
 
 import orjson
 
+from dispatcher.core.destinations import validate_destination
 from dispatcher.core.errors import BadInput
 from dispatcher.core.models import INTEGRAL, RANGES, EndpointSpec, fmt_number
-from dispatcher.core.shaping import compile_success_body, parse_value_map, url_sample
+from dispatcher.core.shaping import compile_success_body, parse_value_map
 from dispatcher.core.signing import validate_secret
-from dispatcher.core.ssrf import validate_url
 
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 
@@ -353,7 +353,7 @@ def spec_from_fields(data: Mapping[str, Any], base: EndpointSpec | None = None) 
         values[name] = _typed(name, value)
     if "url" not in values:
         raise BadInput("url is required")
-    validate_url(url_sample(values["url"], values.get("macro_style", "brace")))
+    validate_destination(values["url"], values.get("macro_style", "brace"))
     secret = values.get("secret")
     if secret is not None:
         validate_secret(secret)

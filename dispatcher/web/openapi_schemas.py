@@ -51,7 +51,9 @@ _ENDPOINT_FIELDS: dict[str, Any] = {
     "name": {"type": "string", "minLength": 1, "maxLength": 100, "nullable": True,
              "description": "a label for people (lists, the dashboard)"},
     "description": {"type": "string", "maxLength": 1000, "nullable": True},
-    "url": {"type": "string", "maxLength": 2048},
+    "url": {"type": "string", "maxLength": 2048,
+            "description": "http(s)://…, or a broker: amqp(s)://, nats:// or tls://, redis(s)://"
+                           " (a password shown as ****; sent back, it keeps the stored one)"},
     "event_types": {"type": "array", "items": {"type": "string", "minLength": 1}},
     "rate_per_s": {"type": "number", "nullable": True, "exclusiveMinimum": True, "minimum": 0},
     "burst": {"type": "integer", "nullable": True, "minimum": 1},
@@ -110,7 +112,11 @@ DOCUMENT: dict[str, Any] = {
             "Error": {"type": "object", "properties": {"error": STR}, "required": ["error"]},
             "Endpoint": {
                 "type": "object",
-                "properties": {"id": INT, "app": STR, "enabled": {"type": "boolean"}, **_ENDPOINT_FIELDS},
+                "properties": {"id": INT, "app": STR, "enabled": {"type": "boolean"},
+                               "kind": {"type": "string",
+                                        "enum": ["http", "amqp", "nats", "redis"],
+                                        "description": "what the url's scheme names"},
+                               **_ENDPOINT_FIELDS},
             },
             "EndpointCreate": {
                 "type": "object",

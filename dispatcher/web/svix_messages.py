@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from dispatcher.core.destinations import masked_url
 from dispatcher.ops import svix as ops
 from dispatcher.web.keys import SETTINGS, acquire
 from dispatcher.web.params import own, trace_context
@@ -64,7 +65,7 @@ def attempt_out(row: Mapping[str, Any]) -> dict[str, Any]:
         "id": f"atmpt_{row['delivery_id']}_{int(at.timestamp() * 1_000_000)}",
         "msgId": row["event_id"],
         "endpointId": str(row["endpoint_id"]),
-        "url": row["url"],
+        "url": masked_url(row["url"]),  # a broker password never shown
         # The start of the body the attempt kept (schema 024), else the
         # error class (a refused connection has no body).
         "response": row.get("excerpt") or row["error"] or "",

@@ -86,6 +86,7 @@ class Engine:
             proxy=settings.http_proxy,
             ca_file=settings.ca_file,
             tracing=Tracing.from_env(),
+            brokers_allowed=settings.brokers_allowed,
         )
         self._draw = random_draw
         self.metrics = metrics

@@ -22,10 +22,11 @@ from dataclasses import replace
 from dispatcher import log
 from dispatcher.core import shares
 from dispatcher.core.breaker import Breaker, BreakerState
+from dispatcher.core.destinations import validate_destination
 from dispatcher.core.models import Endpoint, validate_headers, validate_shape
 from dispatcher.core.refusals import refused_host
-from dispatcher.core.shaping import compile_success_body, url_sample
-from dispatcher.core.ssrf import TargetPolicy, validate_url
+from dispatcher.core.shaping import compile_success_body
+from dispatcher.core.ssrf import TargetPolicy
 from dispatcher.db.store import EndpointState
 from dispatcher.worker.endpointgate import Gate
 from dispatcher.worker.wire import EndpointWire
@@ -184,7 +185,7 @@ class Gates:
         other way gets them here, before anything is sent. The reason is
         ours, never the row's text (its URL or header values)."""
         checks: tuple[tuple[str, Callable[[], object]], ...] = (
-            ("url refused", lambda: validate_url(url_sample(ep.url, ep.macro_style))),
+            ("url refused", lambda: validate_destination(ep.url, ep.macro_style)),
             ("headers invalid", lambda: validate_headers(ep.headers)),
             ("success_body is not RE2 syntax", lambda: compile_success_body(ep.success_body)),
             ("method, body or ordering invalid", lambda: validate_shape(ep)),

@@ -31,6 +31,7 @@ from dispatcher.core.retry import classify_status, parse_retry_after
 from dispatcher.core.shaping import SUCCESS_BODY_BYTES, body_matches
 from dispatcher.core.ssrf import UNRESOLVED, check_address
 from dispatcher.worker.attempterrors import attempt_error, refused_target
+from dispatcher.worker.brokers import BrokerMessage, Brokers
 from dispatcher.worker.deadlines import Deadlines
 from dispatcher.worker.phases import CURRENT, Phases, TimedConnector
 from dispatcher.worker.tracing import Tracing
@@ -106,6 +107,7 @@ class Sender:
         proxy: str | None = None,
         ca_file: Path | None = None,
         tracing: Tracing | None = None,
+        brokers_allowed: frozenset[str] = frozenset(),
     ) -> None:
         self.allow_private = allow_private
         # Each attempt a span of its producer's trace, exported (tracing.py);
@@ -122,6 +124,13 @@ class Sender:
         self.deadlines = Deadlines()
         self.sweeper: asyncio.Task[None] | None = None
         self._proxy = URL(proxy) if proxy else None
+        # Broker destinations (amqp, nats, redis): their links, opened on use.
+        self.brokers = Brokers(
+            tls=self._verifying_context,
+            allow_private=allow_private,
+            allowed_networks=allowed_networks,
+            allowed=brokers_allowed,
+        )
         if self._proxy is not None and (self._proxy.scheme != "http" or not self._proxy.host):
             raise BadInput("DISPATCHER_HTTP_PROXY must be an http://host:port URL")
 
@@ -170,6 +179,7 @@ class Sender:
         self.sweeper = asyncio.create_task(self.deadlines.run(), name="dispatcher-deadlines")
 
     async def close(self) -> None:
+        await self.brokers.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -244,6 +254,8 @@ class Sender:
                 response_ms=0,
                 error=refused_target(wire.url_refusal),
             )
+        if wire.broker is not None:
+            return await self._publish(wire, d, traced)
         now = time.time()
         ts = int(now)
         target, data = wire.target, body
@@ -355,6 +367,31 @@ class Sender:
             timing=timing,
             remote_addr=remote,
         )
+
+    async def _publish(self, wire: EndpointWire, d: Delivery, traced: str | None) -> AttemptResult:
+        """An attempt to a broker: the same bytes and signed headers an HTTP
+        receiver gets (SPEC "Destinations"), under the endpoint's timeout."""
+        assert wire.broker is not None
+        ts = int(time.time())
+        headers = {k.lower(): v for k, v in wire.headers_for(d.event_id, ts, d.body).items()
+                   if k.lower() != "user-agent"}  # fmt: skip
+        headers["event-type"] = d.event_type
+        if traced is not None or d.traceparent is not None:
+            headers["traceparent"] = traced or attemptdetail.child_traceparent(d.traceparent or "")
+            if d.tracestate is not None:
+                headers["tracestate"] = d.tracestate
+        msg = BrokerMessage(d.body, headers, d.event_id, d.event_type, ts)
+        t0 = time.perf_counter()
+        watch = self.deadlines.watch(wire.timeout_s)
+        try:
+            return await self.brokers.publish(wire.broker, msg)
+        except asyncio.CancelledError:
+            if not self.deadlines.expired(watch):
+                raise
+            return self._failed(Verdict.RETRYABLE, t0, f"timeout after {wire.timeout_ms} ms",
+                                timed_out=True)  # fmt: skip
+        finally:
+            self.deadlines.done(watch)
 
     async def _drain(self, resp: aiohttp.ClientResponse) -> bytes:
         # Up to the cap, so a small body leaves the connection reusable; a

@@ -111,6 +111,7 @@ async def fire(
         body_cap=max(settings.response_body_cap, SHOWN_BYTES),
         proxy=settings.http_proxy,
         ca_file=settings.ca_file,
+        brokers_allowed=settings.brokers_allowed,
     )
     await sender.start()
     try:

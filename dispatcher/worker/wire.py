@@ -22,6 +22,7 @@ import orjson
 from multidict import CIMultiDict
 from yarl import URL
 
+from dispatcher.core.destinations import BROKER_KINDS, kind_of, parse_broker
 from dispatcher.core.models import Delivery
 from dispatcher.core.shaping import (
     Unshapeable,
@@ -43,9 +44,9 @@ CONTENT_TYPES = {"json": "application/json", "form": "application/x-www-form-url
 class EndpointWire:
     """Per-endpoint wire settings, built once per endpoint version."""
 
-    __slots__ = ("app", "body_mode", "extras", "headers", "method", "shaped", "signer", "ssl",
-                 "success", "target", "template", "timeout_ms", "timeout_s", "url", "url_refusal",
-                 "value_map")  # fmt: skip
+    __slots__ = ("app", "body_mode", "broker", "extras", "headers", "method", "shaped", "signer",
+                 "ssl", "success", "target", "template", "timeout_ms", "timeout_s", "url",
+                 "url_refusal", "value_map")  # fmt: skip
 
     def __init__(
         self,
@@ -66,7 +67,10 @@ class EndpointWire:
     ):
         self.url = url
         self.app = app  # the endpoint's application (a span's attribute)
-        template = parse_template(url, macro_style)
+        # A broker destination (core.destinations): published to by
+        # worker/brokers, not sent over HTTP. Its URL has no macros.
+        self.broker = parse_broker(url) if kind_of(url) in BROKER_KINDS else None
+        template = parse_template("http://broker/" if self.broker else url, macro_style)
         self.template = template if template.has_macros else None
         self.value_map = load_value_map(value_map)
         # The built-ins that cost something per attempt, computed only when
@@ -74,6 +78,8 @@ class EndpointWire:
         self.extras = frozenset(template.names) & {"postback_id", "rand", "unix_time_ms"}
         # Parsed once, not per request; a template's host is fixed text.
         self.target = URL(template.sample() if self.template else url)
+        if self.broker is not None:  # what a span shows: never the credentials
+            self.target = self.target.with_user(None)
         self.method = method
         self.body_mode = body_mode
         # Only a template or a body built from the payload reads the payload.
@@ -92,11 +98,12 @@ class EndpointWire:
         # Decided once per endpoint version, not per request: aiohttp skips
         # the resolver for IP literals, and refuses non-canonical IPv4 forms
         # itself only as a retryable error; both are a permanent refusal here.
-        self.url_refusal = target_refusal(
+        # A broker's host is judged when its link connects (worker/brokers).
+        self.url_refusal = None if self.broker is not None else target_refusal(
             self.target.raw_host or "",
             allow_private=allow_private,
             allowed_networks=allowed_networks,
-        )
+        )  # fmt: skip
 
     def prepare(self, body: bytes) -> tuple[Any, str | None]:
         """The payload as data, for macros and form bodies (None when the

@@ -1,0 +1,222 @@
+"""Destinations beyond HTTP (issue 33, SPEC "Destinations"): RabbitMQ,
+NATS JetStream and Redis Streams, against the servers these machines run
+(5672, 4222, 6379). Each delivery reaches the broker with the body an HTTP
+receiver would get and headers a Standard Webhooks verifier accepts; what
+the broker cannot take is dead-lettered at once with its word (unroutable,
+auth); a broker's password is sealed at rest and shown masked."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import aio_pika
+import asyncpg
+import nats
+import pytest
+import redis.asyncio
+from standardwebhooks import Webhook
+
+from dispatcher.core.destinations import open_url
+from dispatcher.core.models import EndpointSpec
+from dispatcher.core.secretbox import SecretBox
+from dispatcher.db import catalog
+from dispatcher.ops import endpoints as ops_endpoints
+from dispatcher.settings import Settings
+from tests.helpers import add_endpoint, drain, statuses
+
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+N = 20
+
+
+async def _enqueue(conn: asyncpg.Connection, n: int, event_type: str = "order.paid") -> list[str]:
+    ids = [f"evt_{uuid.uuid4().hex[:10]}_{i}" for i in range(n)]
+    for i, event_id in enumerate(ids):
+        await conn.fetchval(
+            "SELECT dispatcher_enqueue($1, $2::json, $3)",
+            event_type, json.dumps({"n": i, "id": event_id}), event_id,
+        )  # fmt: skip
+    return ids
+
+
+def _verified(body: bytes, headers: dict[str, str]) -> dict[str, object]:
+    """What a receiver's own Standard Webhooks code does with the message."""
+    doc: dict[str, object] = Webhook(SECRET).verify(body, headers)
+    return doc
+
+
+async def test_rabbitmq_gets_every_event_confirmed_persistent_and_signed(
+    db_url: str, conn: asyncpg.Connection
+) -> None:
+    queue_name = f"dispatcher-test-{uuid.uuid4().hex[:8]}"
+    mq = await aio_pika.connect("amqp://guest:guest@127.0.0.1:5672/")
+    try:
+        channel = await mq.channel()
+        exchange = await channel.declare_exchange(queue_name, aio_pika.ExchangeType.DIRECT)
+        queue = await channel.declare_queue(queue_name, durable=True)
+        await queue.bind(exchange, routing_key="paid")
+        url = f"amqp://guest:guest@127.0.0.1:5672/?exchange={queue_name}&routing_key=paid"
+        await add_endpoint(conn, url, secret=SECRET)
+        ids = await _enqueue(conn, N)
+        await drain(db_url)
+        assert await statuses(conn) == {"delivered": N}
+        got = []
+        for _ in range(N):
+            message = await queue.get(timeout=5)
+            await message.ack()
+            headers = {k: str(v) for k, v in (message.headers or {}).items()}
+            assert _verified(message.body, headers)["id"] == headers["webhook-id"]
+            assert headers["event-type"] == "order.paid"
+            assert message.delivery_mode == aio_pika.DeliveryMode.PERSISTENT
+            assert message.content_type == "application/json"
+            got.append(headers["webhook-id"])
+        assert sorted(got) == sorted(ids)
+        assert await queue.get(fail=False) is None  # exactly once each
+        await queue.delete()
+        await exchange.delete()
+    finally:
+        await mq.close()
+
+
+async def test_rabbitmq_unroutable_and_refused_credentials_are_dead_at_once(
+    db_url: str, conn: asyncpg.Connection
+) -> None:
+    name = f"dispatcher-test-{uuid.uuid4().hex[:8]}"
+    mq = await aio_pika.connect("amqp://guest:guest@127.0.0.1:5672/")
+    try:
+        channel = await mq.channel()
+        exchange = await channel.declare_exchange(name, aio_pika.ExchangeType.DIRECT)
+        unbound, _ = await add_endpoint(
+            conn, f"amqp://guest:guest@127.0.0.1/?exchange={name}&routing_key=nobody",
+            event_types=("a",),
+        )  # fmt: skip
+        missing, _ = await add_endpoint(
+            conn, f"amqp://guest:guest@127.0.0.1/?exchange={name}-absent&routing_key=k",
+            event_types=("b",),
+        )  # fmt: skip
+        refused, _ = await add_endpoint(
+            conn, f"amqp://guest:wrong@127.0.0.1/?exchange={name}&routing_key=k",
+            event_types=("c",),
+        )  # fmt: skip
+        for kind in ("a", "b", "c"):
+            await _enqueue(conn, 2, kind)
+        await drain(db_url)
+        rows = await conn.fetch(
+            "SELECT endpoint_id, status, attempt_count, last_error FROM webhook_live"
+        )
+        errors = {r["endpoint_id"]: r["last_error"] for r in rows}
+        assert {r["status"] for r in rows} == {"dead_letter"}, [dict(r) for r in rows]
+        assert {r["attempt_count"] for r in rows} == {1}  # permanent: not retried
+        assert errors[unbound].startswith("unroutable")
+        assert errors[missing].startswith("unroutable")
+        assert errors[refused].startswith("auth")
+        await exchange.delete()
+    finally:
+        await mq.close()
+
+
+async def test_jetstream_acknowledges_each_event_once_by_its_msg_id(
+    db_url: str, conn: asyncpg.Connection
+) -> None:
+    stream = f"DT{uuid.uuid4().hex[:8]}"
+    subject = f"{stream.lower()}.paid"
+    nc = await nats.connect("nats://127.0.0.1:4222")
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name=stream, subjects=[subject])
+        await add_endpoint(conn, f"nats://127.0.0.1:4222/{subject}", secret=SECRET,
+                           event_types=("order.paid",))  # fmt: skip
+        await add_endpoint(conn, "nats://127.0.0.1:4222/nobody.listens", event_types=("x",))
+        ids = await _enqueue(conn, N)
+        await _enqueue(conn, 1, "x")
+        await drain(db_url)
+        counts = await statuses(conn)
+        assert counts == {"delivered": N, "dead_letter": 1}
+        dead = await conn.fetchval(
+            "SELECT last_error FROM webhook_live WHERE status = 'dead_letter'"
+        )
+        assert dead.startswith("unroutable")
+        info = await js.stream_info(stream)
+        assert info.state.messages == N
+        got = []
+        for seq in range(1, N + 1):
+            msg = await js.get_msg(stream, seq)
+            headers = dict(msg.headers or {})
+            assert headers["Nats-Msg-Id"] == headers["webhook-id"]
+            assert _verified(msg.data or b"", headers)["id"] == headers["webhook-id"]
+            got.append(headers["webhook-id"])
+        assert sorted(got) == sorted(ids)
+        # A re-send of a delivery (its acknowledgement lost) is dropped by
+        # the stream: same Nats-Msg-Id, within its duplicate window.
+        again = await js.publish(subject, b"{}", headers={"Nats-Msg-Id": ids[0]})
+        assert again.duplicate
+        await js.delete_stream(stream)
+    finally:
+        await nc.close()
+
+
+async def test_redis_stream_entries_carry_the_body_and_signed_fields(
+    db_url: str, conn: asyncpg.Connection
+) -> None:
+    key = f"dispatcher-test-{uuid.uuid4().hex[:8]}"
+    r = redis.asyncio.Redis(host="127.0.0.1", port=6379)
+    try:
+        await add_endpoint(conn, f"redis://127.0.0.1:6379/0?stream={key}&maxlen=1000",
+                           secret=SECRET, event_types=("order.paid",))  # fmt: skip
+        await r.set(f"{key}-string", "not a stream")
+        await add_endpoint(conn, f"redis://127.0.0.1:6379/0?stream={key}-string",
+                           event_types=("x",))  # fmt: skip
+        ids = await _enqueue(conn, N)
+        await _enqueue(conn, 1, "x")
+        await drain(db_url)
+        assert await statuses(conn) == {"delivered": N, "dead_letter": 1}
+        dead = await conn.fetchval(
+            "SELECT last_error FROM webhook_live WHERE status = 'dead_letter'"
+        )
+        assert dead.startswith("unroutable")
+        entries = await r.xrange(key)
+        assert len(entries) == N
+        got = []
+        for _, fields in entries:
+            headers = {k.decode(): v.decode() for k, v in fields.items() if k != b"body"}
+            assert _verified(fields[b"body"], headers)["id"] == headers["webhook-id"]
+            assert headers["event-type"] == "order.paid"
+            got.append(headers["webhook-id"])
+        assert sorted(got) == sorted(ids)
+    finally:
+        await r.delete(key, f"{key}-string")
+        await r.aclose()
+
+
+async def test_a_refused_broker_is_retried_not_lost(db_url: str, conn: asyncpg.Connection) -> None:
+    # Nothing listens on port 1: connection refused, a transient failure.
+    await add_endpoint(conn, "redis://127.0.0.1:1/0?stream=s", max_attempts=2, retry_base_ms=10,
+                       retry_cap_ms=20)  # fmt: skip
+    await _enqueue(conn, 1)
+    await drain(db_url)
+    row = await conn.fetchrow("SELECT status, attempt_count, last_error FROM webhook_live")
+    assert row["status"] == "dead_letter" and row["attempt_count"] == 2, row
+    assert row["last_error"].startswith("connection refused"), row
+
+
+async def test_a_broker_password_is_sealed_at_rest_and_shown_masked(
+    conn: asyncpg.Connection,
+) -> None:
+    box = SecretBox("destinations-test-key")
+    policy = Settings(allow_private_targets=True).target_policy()
+    url = "amqp://app:s3cret@127.0.0.1:5672/orders?exchange=events&routing_key=paid"
+    shown = await ops_endpoints.add_endpoint(conn, EndpointSpec(url=url), box=box,
+                                                targets=policy)  # fmt: skip
+    assert shown["url"] == "amqp://app:****@127.0.0.1:5672/orders?exchange=events&routing_key=paid"
+    assert shown["kind"] == "amqp"
+    stored = await conn.fetchval("SELECT url FROM endpoints WHERE id = $1", shown["id"])
+    assert "s3cret" not in stored
+    # An update that sends the shown URL back keeps the password.
+    await ops_endpoints.update_endpoint(conn, shown["id"], {"url": shown["url"], "timeout_ms": 900},
+                                      box=box, targets=policy)  # fmt: skip
+    record = await catalog.get_endpoint(conn, shown["id"])
+    assert open_url(box, record.url) == url
+    # A tenant may publish only to brokers the operator lists.
+    with pytest.raises(Exception, match="DISPATCHER_BROKERS_ALLOWED"):
+        await ops_endpoints.add_endpoint(conn, EndpointSpec(url=url), box=box, targets=policy,
+                                            app="default", charged=True)  # fmt: skip
