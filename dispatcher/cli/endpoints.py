@@ -163,7 +163,9 @@ def add_endpoint_commands(
     eps = group("endpoint", "manage endpoints: add, list, delete, secrets, health")
     add = cmd("add", cmd_endpoint_add, eps, help="create an endpoint (prints its secret once)")
     add.add_argument("--url", required=True,
-                     help="where deliveries go; {field} macros in path/query")  # fmt: skip
+                     help="where deliveries go: http(s)://… ({field} macros in path/query),"
+                          " or a broker: amqp://…?exchange=X&routing_key=K, nats://host/SUBJECT,"
+                          " redis://host/0?stream=KEY")  # fmt: skip
     add.add_argument("--name", help="a label for people: lists and the dashboard show it")
     add.add_argument("--description", help="a longer note on what the endpoint is for")
     add.add_argument("--secret", help="whsec_… or whsk_… (default: a new one is generated)")

@@ -10,8 +10,8 @@ from typing import Any
 
 from dispatcher.cli.format import print_table
 
-ENDPOINT_COLUMNS = ["id", "app", "name", "url", "enabled", "event_types", "method", "filter",
-                    "ordering", "rate_per_s", "max_in_flight", "timeout_ms",
+ENDPOINT_COLUMNS = ["id", "app", "name", "kind", "url", "enabled", "event_types", "method",
+                    "filter", "ordering", "rate_per_s", "max_in_flight", "timeout_ms",
                     "max_attempts"]  # fmt: skip
 
 

@@ -7,14 +7,20 @@ auth); a broker's password is sealed at rest and shown masked."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
 import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
 
 import aio_pika
 import asyncpg
 import nats
 import pytest
 import redis.asyncio
+import redis.exceptions
 from standardwebhooks import Webhook
 
 from dispatcher.core.destinations import open_url
@@ -23,7 +29,7 @@ from dispatcher.core.secretbox import SecretBox
 from dispatcher.db import catalog
 from dispatcher.ops import endpoints as ops_endpoints
 from dispatcher.settings import Settings
-from tests.helpers import add_endpoint, drain, statuses
+from tests.helpers import add_endpoint, drain, engine, free_port, statuses
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 N = 20
@@ -72,7 +78,7 @@ async def test_rabbitmq_gets_every_event_confirmed_persistent_and_signed(
             got.append(headers["webhook-id"])
         assert sorted(got) == sorted(ids)
         assert await queue.get(fail=False) is None  # exactly once each
-        await queue.delete()
+        await queue.delete(if_unused=False, if_empty=False)
         await exchange.delete()
     finally:
         await mq.close()
@@ -220,3 +226,139 @@ async def test_a_broker_password_is_sealed_at_rest_and_shown_masked(
     with pytest.raises(Exception, match="DISPATCHER_BROKERS_ALLOWED"):
         await ops_endpoints.add_endpoint(conn, EndpointSpec(url=url), box=box, targets=policy,
                                             app="default", charged=True)  # fmt: skip
+
+
+# ------------------------------------------------------------ broker restarts
+
+
+async def _server(argv: list[str], port: int) -> asyncio.subprocess.Process:
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+    )
+    for _ in range(100):  # bounded: 10 s
+        try:
+            _, w = await asyncio.open_connection("127.0.0.1", port)
+            w.close()
+            return proc
+        except OSError:
+            await asyncio.sleep(0.1)
+    proc.kill()
+    raise AssertionError(f"{argv[0]} did not listen on {port}")
+
+
+async def _killed(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+
+
+async def _across_a_restart(
+    db_url: str,
+    conn: asyncpg.Connection,
+    url: str,
+    start: Callable[[], Awaitable[asyncio.subprocess.Process]],
+    count: Callable[[], Awaitable[int]],
+    proc: asyncio.subprocess.Process,
+) -> asyncio.subprocess.Process:
+    """RESTART_N events at 300/s to `url`; the broker SIGKILLed once some
+    have arrived and started again a second later; returns the new process
+    once the worker delivered them all."""
+    await add_endpoint(conn, url, secret=SECRET, rate_per_s=300.0, max_in_flight=IN_FLIGHT,
+                       max_attempts=30, retry_base_ms=100, retry_cap_ms=500,
+                       cooldown_s=1.0)  # fmt: skip
+    await _enqueue(conn, RESTART_N)
+    # Not a drain: the breaker opens while the broker is down, and a drain
+    # ends when nothing is claimable. The worker runs until all is delivered.
+    e = engine(db_url)
+    worker = asyncio.create_task(e.run())
+    try:
+        for _ in range(200):  # bounded: 20 s
+            if await count() >= RESTART_N // 5:
+                break
+            await asyncio.sleep(0.1)
+        await _killed(proc)
+        await asyncio.sleep(1.0)
+        proc = await start()
+        for _ in range(600):  # bounded: 60 s
+            if await statuses(conn) == {"delivered": RESTART_N}:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        e.stop()
+        await asyncio.wait_for(worker, 30)
+    left = await conn.fetch(
+        "SELECT status, attempt_count, last_error, next_attempt_at - now() AS due"
+        " FROM webhook_live WHERE status <> 'delivered'"
+    )
+    assert await statuses(conn) == {"delivered": RESTART_N}, [dict(r) for r in left]
+    return proc
+
+
+RESTART_N = 600
+IN_FLIGHT = 10
+
+
+async def test_a_redis_restart_mid_run_loses_nothing(
+    db_url: str, conn: asyncpg.Connection, tmp_path: Path
+) -> None:
+    port = free_port()
+    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+            "--appendonly", "yes", "--appendfsync", "always", "--dir", str(tmp_path)]  # fmt: skip
+
+    async def start() -> asyncio.subprocess.Process:
+        return await _server(argv, port)
+
+    proc = await start()
+    r = redis.asyncio.Redis(host="127.0.0.1", port=port)
+
+    async def count() -> int:
+        try:
+            return int(await r.xlen("s"))
+        except redis.exceptions.ConnectionError:
+            return 0
+
+    try:
+        proc = await _across_a_restart(db_url, conn, f"redis://127.0.0.1:{port}/0?stream=s",
+                                       start, count, proc)  # fmt: skip
+        entries = await r.xrange("s")
+        ids = [fields[b"webhook-id"] for _, fields in entries]
+        assert len(set(ids)) == RESTART_N  # every event, from disk after the restart
+        assert len(ids) - RESTART_N <= IN_FLIGHT  # re-sent at most what was unconfirmed
+    finally:
+        await r.aclose()
+        await _killed(proc)
+
+
+async def test_a_nats_restart_mid_run_loses_nothing_and_stores_each_once(
+    db_url: str, conn: asyncpg.Connection, tmp_path: Path
+) -> None:
+    port = free_port()
+    argv = ["nats-server", "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(tmp_path)]
+
+    async def start() -> asyncio.subprocess.Process:
+        return await _server(argv, port)
+
+    proc = await start()
+    nc = await nats.connect(f"nats://127.0.0.1:{port}")
+    await nc.jetstream().add_stream(name="R", subjects=["r.paid"])
+    await nc.close()
+    box: dict[str, Any] = {}
+
+    async def count() -> int:
+        try:
+            if box.get("nc") is None or box["nc"].is_closed:
+                box["nc"] = await nats.connect(f"nats://127.0.0.1:{port}", allow_reconnect=False)
+            return int((await box["nc"].jetstream().stream_info("R")).state.messages)
+        except Exception:  # the server is down: nothing countable now
+            box["nc"] = None
+            return 0
+
+    try:
+        proc = await _across_a_restart(db_url, conn, f"nats://127.0.0.1:{port}/r.paid",
+                                       start, count, proc)  # fmt: skip
+        # Nats-Msg-Id: a re-send after a lost PubAck is dropped by the stream.
+        assert await count() == RESTART_N
+    finally:
+        if box.get("nc") is not None:
+            await box["nc"].close()
+        await _killed(proc)

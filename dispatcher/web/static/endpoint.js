@@ -69,7 +69,9 @@ export function render(root, idText) {
     ]);
     const h = health.find(r => r.endpoint_id === id);
     $("#ep-name").textContent = label(id);
-    $("#ep-url").textContent = endpoint.url;
+    // A broker destination says which (its password comes masked).
+    $("#ep-url").textContent = endpoint.kind && endpoint.kind !== "http"
+      ? `${endpoint.kind} · ${endpoint.url}` : endpoint.url;
     $("#ep-description").textContent = endpoint.description || "";
     $("#ep-breaker").innerHTML = h ? breakerPill(h.state) : "";
     $("#ep-state").innerHTML = endpoint.enabled

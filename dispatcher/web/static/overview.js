@@ -53,7 +53,7 @@ function tiles(h) {
 
 function endpointRow(e) {
   return `<tr data-endpoint="${e.endpoint_id}">
-    <td>${endpointLink(e.endpoint_id)}<div class="dim url">${esc(e.url)}</div></td>
+    <td>${endpointLink(e.endpoint_id)}<div class="dim url">${esc(brokerKind(e.url))}${esc(e.url)}</div></td>
     <td>${esc(e.app)}</td>
     <td>${breakerPill(e.state)}</td>
     <td>${num(e.consecutive_failures)} of ${num(e.failure_threshold)}</td>
@@ -120,4 +120,11 @@ export function render(root) {
     await refresh();
   }));
   return { refresh, every: 2000 };
+}
+
+// The kind a URL's scheme names (SPEC "Destinations"), shown before a broker's URL.
+function brokerKind(url) {
+  const kinds = { amqp: "amqp", amqps: "amqp", nats: "nats", tls: "nats", redis: "redis", rediss: "redis" };
+  const kind = kinds[String(url).split(":")[0].toLowerCase()];
+  return kind ? `${kind} · ` : "";
 }

@@ -200,7 +200,8 @@ function endpointCard(e) {
     button("Edit", `edit-${e.id}`, () => { state.editing = e.id; draw(); }, { "data-edit": e.id }),
     actionButton("Delete", `delete-${e.id}`, () => remove(e, false), { "data-delete": e.id }));
   const card = el("article", { class: "card", dataset: { endpoint: e.id, enabled: e.enabled } },
-    head, el("div", { class: "url" }, e.url),
+    head, el("div", { class: "url", dataset: { kind: e.kind || "http" } },
+      e.kind && e.kind !== "http" ? `${e.kind} · ${e.url}` : e.url),
     el("div", { class: "types" }, types.map(t => el("span", { class: "type" }, t))),
     e.enabled ? null : el("p", { class: "dim" }, "Nothing is sent to it until it is enabled again",
       e.disabled_reason && e.disabled_reason !== "disabled by user" ? ` (${e.disabled_reason}).` : "."),
