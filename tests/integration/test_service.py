@@ -14,8 +14,9 @@ from dispatcher.ops import reports, service
 from dispatcher.ops.inputs import spec_from_fields
 
 PUBLIC_KEYS = ["id", "app", "name", "url", "kind", "description", "event_types", "rate_per_s",
-               "burst", "max_in_flight", "timeout_ms", "max_attempts", "retry_base_ms", "retry_cap_ms",
-               "failure_threshold", "cooldown_s", "headers", "method", "body", "success_body",
+               "burst", "max_in_flight", "timeout_ms", "max_attempts", "retry_base_ms",
+               "retry_cap_ms", "failure_threshold", "cooldown_s", "headers", "method", "body",
+               "success_body",
                "filter", "ordering", "ordering_key", "client_cert", "client_key", "macro_style",
                "value_map", "disable_after", "disable_within_s", "enabled",
                "disabled_reason", "created_at", "updated_at"]  # fmt: skip
