@@ -3,7 +3,8 @@
 
 `http`/`https` stay the sender's; `amqp(s)` (RabbitMQ), `nats`/`tls` (a
 JetStream subject), `redis(s)` (a stream) are published to by
-worker/brokers; `poll:` endpoints keep their deliveries for a consumer.
+worker/brokers; `poll:` endpoints keep their deliveries for a consumer
+(never claimed by a worker; read and acknowledged through ops.polling).
 
 A broker URL may carry credentials (`user:pass@`): stored with the password
 sealed like an endpoint secret (`seal_url`), opened only for the worker
@@ -44,7 +45,6 @@ SCHEMES: dict[str, tuple[str, bool, int]] = {
     "rediss": (REDIS, True, 6379),
 }
 BROKER_KINDS = frozenset({AMQP, NATS, REDIS})
-POLL_URLS = ("poll:", "poll://")
 PASSWORD_MASK = "****"
 
 # A JetStream subject to publish to: tokens of printable characters without
@@ -56,9 +56,9 @@ _AMQP_NAME = re.compile(r"[\w.:/-]{0,255}")  # exchange names RabbitMQ accepts
 def kind_of(url: str) -> str:
     """The endpoint kind a URL names (http for anything else: its own
     checks, core.ssrf's, say what is wrong with it)."""
-    if url in POLL_URLS:
-        return POLL
     scheme = url.partition(":")[0].lower()
+    if scheme == POLL:
+        return POLL
     return SCHEMES[scheme][0] if scheme in SCHEMES else HTTP
 
 
@@ -211,8 +211,8 @@ def validate_destination(url: str, style: str = "brace") -> str:
     if kind == HTTP:
         validate_url(url_sample(url, style))
     elif kind == POLL:
-        # The route that reads them is not built yet (docs/guide/destinations.md).
-        raise BadInput("polling endpoints (poll:) are not available in this version")
+        if url != "poll:":
+            raise BadInput("a polling endpoint's url is poll: (nothing after it)")
     else:
         parse_broker(url)
     return url

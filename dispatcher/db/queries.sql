@@ -1551,3 +1551,30 @@ WHERE NOT EXISTS (SELECT 1 FROM webhook_live q JOIN endpoints e ON e.id = q.endp
 -- Where a bulk erasure's walk ends (the newest delivery now) and when it
 -- began (what expunge_messages compares with).
 SELECT coalesce((SELECT max(id) FROM webhook_live), 0) AS newest, clock_timestamp() AS began;
+
+-- name: poll_ack
+-- A polling endpoint's consumer came back with a cursor: what the page that
+-- gave it showed is delivered. The page showed every pending row due at its
+-- read ($3, less the margin) up to its last id ($2), and nothing above it,
+-- so a row not yet due then, or committed later below it, stays pending
+-- for the next page (core/destinations.py, POLL_MARGIN_S).
+UPDATE webhook_live
+SET status = 'delivered', delivered_at = now(), updated_at = now(),
+    attempt_count = attempt_count + 1, last_error = NULL, locked_by = NULL
+WHERE endpoint_id = $1 AND status IN ('pending', 'failed') AND id <= $2
+  AND next_attempt_at <= $3::timestamptz - make_interval(secs => $4);
+
+-- name: poll_page
+-- The first pending rows due before now less the margin (a transaction that
+-- commits within the margin of its INSERT is seen in id order), oldest id
+-- first, with the read's time for the cursor.
+SELECT q.id, q.event_id, q.event_type, q.created_at, q.payload::text AS payload,
+       now() AS read_at
+FROM webhook_queue q
+WHERE q.endpoint_id = $1 AND q.status IN ('pending', 'failed')
+  AND q.next_attempt_at <= now() - make_interval(secs => $3)
+ORDER BY q.id
+LIMIT $2;
+
+-- name: endpoint_url
+SELECT url FROM endpoints WHERE id = $1 AND deleted_at IS NULL AND kind = 'webhook';

@@ -32,6 +32,7 @@ from dispatcher.web import (
     erasure,
     idempotency,
     pages,
+    polling,
     portal,
     postbacks,
     security,
@@ -154,6 +155,7 @@ ROUTES: tuple[Route, ...] = (
     Route("DELETE", "/v1/event-types/{name}",               APP,
           v1.event_type_delete,     oas.EVENT_TYPE_DELETE),
     *browse.ROUTES,  # deliveries, one delivery, dead letters
+    *polling.ROUTES,  # a polling endpoint's deliveries
     Route("GET",    "/v1/dead-letters/analyze",             ADMIN,
           v1.dead_letters_analyze,  oas.DEAD_LETTERS_ANALYZE),
     Route("POST",   "/v1/dead-letters/replay",              APP,

@@ -38,7 +38,7 @@ EXPORT_COLUMNS = ["id", "endpoint_id", "app", "event_id", "event_type", "status"
                   "last_response_ms", "payload_expired"]  # fmt: skip
 
 
-def _int(value: str, name: str) -> int:
+def positive_int(value: str, name: str) -> int:
     # ASCII digits only: int() also reads other scripts' digits.
     if not value.isascii() or not value.isdigit() or len(value) > 19 or not 0 < int(value) < 2**63:
         raise BadInput(f"{name} must be a positive integer")
@@ -47,7 +47,7 @@ def _int(value: str, name: str) -> int:
 
 def _query_int(request: web.Request, name: str) -> int | None:
     value = request.query.get(name)
-    return None if value is None else _int(value, name)
+    return None if value is None else positive_int(value, name)
 
 
 def _text(request: web.Request, name: str) -> str | None:
@@ -117,7 +117,7 @@ def _csv_line(values: list[Any]) -> bytes:
 
 
 async def delivery(request: web.Request) -> web.Response:
-    delivery_id = _int(request.match_info["id"], "id")
+    delivery_id = positive_int(request.match_info["id"], "id")
     async with acquire(request) as conn:
         return _json(await browse.get_delivery(conn, delivery_id, scope(request)))
 

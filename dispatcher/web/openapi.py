@@ -209,6 +209,22 @@ DEAD_LETTERS = {
     "responses": {**ok({"type": "array", "items": {"type": "object"}}),
                   "200": {"description": "OK", "headers": {"X-Next-Cursor": {"schema": STR}},
                           "content": {"application/json": {"schema": {"type": "array", "items": {"type": "object"}}}}}}}
+POLL = {
+    "summary": "A polling endpoint's deliveries, oldest first; reading with the returned "
+               "cursor acknowledges everything it covered (those deliveries are delivered)",
+    "parameters": [
+        {"name": "endpoint_id", "in": "path", "required": True,
+         "schema": {"type": "integer", "minimum": 1, "maximum": 2**62}},
+        {"name": "cursor", "in": "query", "schema": {"type": "string", "maxLength": 40},
+         "description": "the cursor of the page before; opaque"},
+        {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 250}},
+        {"name": "wait_s", "in": "query", "schema": {"type": "number", "minimum": 0, "maximum": 30},
+         "description": "long poll: wait up to this long when nothing is there"},
+        APP_QUERY],
+    "responses": ok({"type": "object", "properties": {
+        "data": {"type": "array", "items": {"type": "object", "properties": {
+            "id": INT, "event_id": STR, "event_type": STR, "timestamp": TS, "payload": {}}}},
+        "cursor": {**STR, "nullable": True}, "done": {"type": "boolean"}}})}
 DEAD_LETTERS_ANALYZE = {
     "summary": "Per endpoint: count, primary error and status, pattern, suggested action",
     "parameters": [{"name": "hours", "in": "query", "schema": {"type": "number", "exclusiveMinimum": True, "minimum": 0, "maximum": 8760}}],

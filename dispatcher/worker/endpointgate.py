@@ -214,6 +214,8 @@ class Gate(Places):
         """Rows the next claim may take for this endpoint."""
         if not self.endpoint.enabled or self.max_share <= 0 or self.paused_until > now:
             return 0
+        if self.wire is not None and self.wire.polled:
+            return 0  # its consumer reads its rows (ops.polling)
         if not admits(self.breaker):
             if self.breaker.state is BreakerState.HALF_OPEN and self.probing:
                 return 0 if (self.probe_sent or self.claimed) else 1

@@ -256,6 +256,9 @@ class Sender:
             )
         if wire.broker is not None:
             return await self._publish(wire, d, traced)
+        if wire.polled:  # claimed as its URL became poll: back to wait for the consumer
+            return AttemptResult(verdict=Verdict.RETRYABLE, status_code=None, response_ms=0,
+                                 error="polling endpoint: kept for its consumer")  # fmt: skip
         now = time.time()
         ts = int(now)
         target, data = wire.target, body

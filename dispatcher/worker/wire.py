@@ -22,7 +22,7 @@ import orjson
 from multidict import CIMultiDict
 from yarl import URL
 
-from dispatcher.core.destinations import BROKER_KINDS, kind_of, parse_broker
+from dispatcher.core.destinations import BROKER_KINDS, HTTP, POLL, kind_of, parse_broker
 from dispatcher.core.models import Delivery
 from dispatcher.core.shaping import (
     Unshapeable,
@@ -44,7 +44,8 @@ CONTENT_TYPES = {"json": "application/json", "form": "application/x-www-form-url
 class EndpointWire:
     """Per-endpoint wire settings, built once per endpoint version."""
 
-    __slots__ = ("app", "body_mode", "broker", "extras", "headers", "method", "shaped", "signer",
+    __slots__ = ("app", "body_mode", "broker", "extras", "headers", "method", "polled", "shaped",
+                 "signer",
                  "ssl", "success", "target", "template", "timeout_ms", "timeout_s", "url",
                  "url_refusal", "value_map")  # fmt: skip
 
@@ -69,8 +70,12 @@ class EndpointWire:
         self.app = app  # the endpoint's application (a span's attribute)
         # A broker destination (core.destinations): published to by
         # worker/brokers, not sent over HTTP. Its URL has no macros.
-        self.broker = parse_broker(url) if kind_of(url) in BROKER_KINDS else None
-        template = parse_template("http://broker/" if self.broker else url, macro_style)
+        kind = kind_of(url)
+        self.broker = parse_broker(url) if kind in BROKER_KINDS else None
+        # A polling endpoint's rows are never claimed (Gate.budget): they
+        # wait for its consumer (ops.polling).
+        self.polled = kind == POLL
+        template = parse_template(url if kind == HTTP else "http://broker/", macro_style)
         self.template = template if template.has_macros else None
         self.value_map = load_value_map(value_map)
         # The built-ins that cost something per attempt, computed only when
@@ -99,7 +104,7 @@ class EndpointWire:
         # the resolver for IP literals, and refuses non-canonical IPv4 forms
         # itself only as a retryable error; both are a permanent refusal here.
         # A broker's host is judged when its link connects (worker/brokers).
-        self.url_refusal = None if self.broker is not None else target_refusal(
+        self.url_refusal = None if kind != HTTP else target_refusal(
             self.target.raw_host or "",
             allow_private=allow_private,
             allowed_networks=allowed_networks,

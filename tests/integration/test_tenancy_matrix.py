@@ -86,6 +86,7 @@ MATRIX: dict[str, tuple[int | None, ...]] = {
     "GET /v1/deliveries?endpoint_id={ep}":        (200, 404,  403,  200,  401, 401, 200,  200),
     "GET /v1/deliveries/{dead}":                  (200, 404,  403,  200,  401, 401, 200,  200),
     "GET /v1/dead-letters":                       (200, 200,  403,  200,  401, 401, 200,  200),
+    "GET /v1/poll/{poll}":                        (200, 404,  403,  200,  401, 401, 200,  200),
     "GET /v1/dead-letters?endpoint_id={ep}":      (200, 404,  403,  200,  401, 401, 200,  200),
     "POST /v1/dead-letters/replay":               (200, 200,  403,  200,  401, 401, 403,  200),
     "POST /v1/dead-letters/replay endpoint":      (200, 404,  403,  200,  401, 401, 403,  200),
@@ -282,6 +283,7 @@ async def route_of(key: str) -> Route:
             "wide": "t",
             "ops": 1,
             "op": 1,
+            "poll": 1,
         },
     )
     match = await app.router.resolve(make_mocked_request(method, path))
@@ -442,8 +444,12 @@ async def objects(conn: asyncpg.Connection, app: str) -> dict[str, Any]:
     await eventtypes.add_event_type(conn, wide)
     ops = await opswebhooks.add(conn, f"https://{app}.example/ops", app=app)
     op = await opswebhooks.add(conn, f"https://{app}.example/operator")  # the operator's
+    # A polling endpoint (GET /v1/poll), of a type no other cell sends.
+    polled = EndpointSpec(url="poll:", event_types=("poll.only",))
+    poll = await catalog.add_endpoint(conn, polled, secret, app=app)
     return {"ep": record.id, "dead": dead, "event": event, "app": app, "secret": secret,
-            "et": et, "wide": wide, "ops": ops["id"], "op": op["id"]}  # fmt: skip
+            "et": et, "wide": wide, "ops": ops["id"], "op": op["id"],
+            "poll": poll.id}  # fmt: skip
 
 
 GLOBEX_ROWS = """
@@ -547,14 +553,14 @@ async def test_matrix(
     if status == 404:
         # The other application's object reads exactly like one that does not exist.
         nothing = {**subs, "ep": MISSING, "dead": MISSING, "event": "evt-none", "et": "et-none",
-                   "ops": MISSING}  # fmt: skip
+                   "ops": MISSING, "poll": MISSING}  # fmt: skip
         _, path2, body2 = request_of(key, column, nothing)
         status2, text2 = await world.call(method, path2, body2, world.headers(column))
         assert status2 == 404
         # The names first: an id's digits may also stand in a name.
-        assert message(text, subs["et"], theirs["ops"], theirs["ep"], theirs["dead"]) == message(
-            text2, "et-none", MISSING
-        )
+        assert message(
+            text, subs["et"], theirs["ops"], theirs["ep"], theirs["dead"], theirs["poll"]
+        ) == message(text2, "et-none", MISSING)
     if column == "names":
         # Naming an application that does not exist answers the same: no probing.
         _, path2, body2 = request_of(key, column, subs, named="no-such-app")
@@ -624,7 +630,7 @@ async def test_the_same_event_id_in_two_applications_is_two_events(
              "payload": {"n": 7}}  # fmt: skip
     a = await as_app(world, world.token, "POST", "/v1/events", event)
     g = await as_app(world, world.globex_token, "POST", "/v1/events", event)
-    enabled = f"{LISTED} AND enabled"
+    enabled = f"{LISTED} AND enabled AND url <> 'poll:'"  # objects()' poll: takes poll.only
     acme, globex = await ids_of(conn, ACME, enabled), await ids_of(conn, GLOBEX, enabled)
     assert len(a["deliveries"]) == len(acme) and len(g["deliveries"]) == len(globex)
     assert not set(a["deliveries"]) & set(g["deliveries"])

@@ -82,9 +82,11 @@ def test_a_broker_url_that_cannot_be_used_says_why(url: str, says: str) -> None:
         validate_destination(url)
 
 
-def test_poll_is_refused_until_it_is_built() -> None:
-    with pytest.raises(BadInput, match="not available"):
-        validate_destination("poll:")
+def test_a_polling_endpoint_is_poll_and_nothing_more() -> None:
+    assert validate_destination("poll:") == "poll:"
+    for bad in ("poll:x", "poll://", "POLL:/a"):
+        with pytest.raises(BadInput, match="poll:"):
+            validate_destination(bad)
 
 
 def test_http_urls_keep_their_own_checks() -> None:

@@ -1,0 +1,108 @@
+"""Polling endpoints (SPEC "Destinations"): a consumer behind a firewall
+reads its endpoint's deliveries in order with a cursor, and coming back
+with the cursor acknowledges what it read (those deliveries become
+`delivered`).
+
+The cursor is `<last id>.<read time in µs>`: the page showed every pending
+row due at the read (less POLL_MARGIN_S) up to the last id, so exactly
+those are acknowledged; a row scheduled later, or committed later with a
+lower id, stays pending and comes in a later page. The web layer repeats
+`read` for a long poll (`wait_s`), on a pooled connection each time.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from dispatcher.core.destinations import POLL, kind_of
+from dispatcher.core.errors import BadInput, UnknownEndpoint
+from dispatcher.db import Conn, catalog, polling
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 250
+MAX_WAIT_S = 30.0
+# A row is shown once it has been due this long: a producer's transaction
+# that commits within it of its INSERT is seen in id order (the prober's
+# watermark makes the same bet, worker/prober.py).
+POLL_MARGIN_S = 1.0
+
+
+def parse_cursor(value: str | None) -> tuple[int, datetime] | None:
+    if value is None or value == "":
+        return None
+    head, _, tail = value.partition(".")
+    if not (head.isascii() and head.isdigit() and tail.isascii() and tail.isdigit()):
+        raise BadInput("cursor is not one this route returned")
+    if len(head) > 19 or len(tail) > 19:
+        raise BadInput("cursor is not one this route returned")
+    try:
+        at = datetime.fromtimestamp(int(tail) / 1_000_000, UTC)
+    except (OverflowError, OSError, ValueError):
+        raise BadInput("cursor is not one this route returned") from None
+    return int(head), at
+
+
+def make_cursor(last_id: int, read_at: datetime) -> str:
+    return f"{last_id}.{int(read_at.timestamp() * 1_000_000)}"
+
+
+def check_limit(text: str | None) -> int:
+    """`?limit=` as given: 1..MAX_LIMIT, DEFAULT_LIMIT when absent."""
+    if text is None:
+        return DEFAULT_LIMIT
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text[:6]) <= MAX_LIMIT:
+        raise BadInput(f"limit must be a whole number from 1 to {MAX_LIMIT}")
+    return int(text)
+
+
+def check_wait(text: str | None) -> float:
+    """`?wait_s=` as given: seconds to wait for a delivery, 0..MAX_WAIT_S."""
+    if text is None:
+        return 0.0
+    try:
+        value = float(text) if text.isascii() else float("nan")
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value <= MAX_WAIT_S:  # NaN too
+        raise BadInput(f"wait_s must be a number of seconds from 0 to {MAX_WAIT_S:g}")
+    return value
+
+
+async def check_polled(conn: Conn, endpoint_id: int, app: str | None) -> None:
+    """UnknownEndpoint for another application's endpoint (as for one that
+    does not exist); BadInput when it is not a polling endpoint."""
+    await catalog.check_owner(conn, endpoint_id, app)
+    url = await polling.endpoint_url(conn, endpoint_id)
+    if url is None:
+        raise UnknownEndpoint(f"no endpoint with id {endpoint_id}")
+    if kind_of(url) != POLL:
+        raise BadInput(f"endpoint {endpoint_id} is not a polling endpoint (its url is not poll:)")
+
+
+async def read(
+    conn: Conn, endpoint_id: int, cursor: tuple[int, datetime] | None, given: str | None,
+    limit: int,
+) -> dict[str, Any]:  # fmt: skip
+    """Acknowledges what `cursor` covers, then the next page: `{"data",
+    "cursor", "done"}`; an empty page keeps the cursor it was given."""
+    async with conn.transaction():
+        if cursor is not None:
+            await polling.acknowledge(conn, endpoint_id, cursor[0], cursor[1], POLL_MARGIN_S)
+        rows = await polling.page(conn, endpoint_id, limit + 1, POLL_MARGIN_S)
+    shown = rows[:limit]
+    data = [
+        {
+            "id": r["id"],
+            "event_id": r["event_id"],
+            "event_type": r["event_type"],
+            "timestamp": r["created_at"],
+            # As enqueued; null when the payload was erased.
+            "payload": None if r["payload"] is None else orjson.Fragment(r["payload"]),
+        }
+        for r in shown
+    ]
+    nxt = make_cursor(shown[-1]["id"], shown[-1]["read_at"]) if shown else given
+    return {"data": data, "cursor": nxt, "done": len(rows) <= limit}

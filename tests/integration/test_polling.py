@@ -1,0 +1,112 @@
+"""Polling endpoints (issue 33, SPEC "Destinations"): a `poll:` endpoint's
+deliveries wait for its consumer, which reads them in order with a cursor
+from GET /v1/poll/{endpoint_id}; coming back with the cursor acknowledges
+what it read (delivered). No worker ever claims them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import asyncpg
+
+from tests.helpers import drain, statuses, tenant_api
+
+ADMIN = "polling-admin-token-0123456789abcdef"
+
+
+async def _enqueue(
+    conn: asyncpg.Connection, n: int, prefix: str = "p", app: str = "default"
+) -> list[str]:
+    ids = [f"{prefix}{i}" for i in range(n)]
+    for i, event_id in enumerate(ids):
+        await conn.fetchval(
+            "SELECT dispatcher_enqueue_app($1, 'order.paid', $2::json, $3)",
+            app, json.dumps({"n": i}), event_id,
+        )  # fmt: skip
+    return ids
+
+
+async def _due(conn: asyncpg.Connection) -> None:
+    """The rows were enqueued just now: the route shows a row once it has
+    been due a second (ops.polling.POLL_MARGIN_S); moved back instead."""
+    await conn.execute("UPDATE webhook_live SET next_attempt_at = next_attempt_at - interval '2 s'")
+
+
+async def test_a_consumer_reads_in_order_and_its_cursor_acknowledges(
+    db_url: str, conn: asyncpg.Connection
+) -> None:
+    async with tenant_api(db_url, ADMIN, ["acme", "other"]) as api:
+        ep = await api.ok("POST", "/v1/endpoints", {"url": "poll:"}, app="acme")
+        assert ep["kind"] == "poll" and ep["url"] == "poll:"
+        ids = await _enqueue(conn, 7, app="acme")
+        await _due(conn)
+        # A worker leaves them for the consumer.
+        await drain(db_url)
+        assert await statuses(conn) == {"pending": 7}
+
+        path = f"/v1/poll/{ep['id']}"
+        first = await api.ok("GET", f"{path}?limit=5", app="acme")
+        assert [d["event_id"] for d in first["data"]] == ids[:5]
+        assert first["data"][0]["payload"] == {"n": 0}
+        assert first["data"][0]["event_type"] == "order.paid"
+        assert first["done"] is False and first["cursor"]
+        assert await statuses(conn) == {"pending": 7}  # read, not yet acknowledged
+
+        second = await api.ok("GET", f"{path}?limit=5&cursor={first['cursor']}", app="acme")
+        assert [d["event_id"] for d in second["data"]] == ids[5:]
+        assert second["done"] is True
+        assert await statuses(conn) == {"delivered": 5, "pending": 2}
+
+        # Reading the same cursor again is the same page: nothing lost.
+        again = await api.ok("GET", f"{path}?limit=5&cursor={first['cursor']}", app="acme")
+        assert [d["event_id"] for d in again["data"]] == ids[5:]
+
+        last = await api.ok("GET", f"{path}?cursor={second['cursor']}", app="acme")
+        assert last["data"] == [] and last["done"] is True
+        assert last["cursor"] == second["cursor"]
+        assert await statuses(conn) == {"delivered": 7}
+
+        # Another application's endpoint reads like one that does not exist.
+        status, _, _ = await api.call("GET", path, app="other")
+        assert status == 404
+        # The admin may read it.
+        assert (await api.ok("GET", path))["data"] == []
+
+
+async def test_a_long_poll_answers_when_a_delivery_arrives(
+    db_url: str, conn: asyncpg.Connection
+) -> None:
+    async with tenant_api(db_url, ADMIN, []) as api:
+        ep = await api.ok("POST", "/v1/endpoints", {"url": "poll:"})
+        waiting = asyncio.create_task(api.ok("GET", f"/v1/poll/{ep['id']}?wait_s=10"))
+        await asyncio.sleep(0.5)
+        assert not waiting.done()
+        t0 = time.monotonic()
+        await _enqueue(conn, 1, "late")
+        doc = await asyncio.wait_for(waiting, 15)
+        assert [d["event_id"] for d in doc["data"]] == ["late0"]
+        assert time.monotonic() - t0 < 9  # answered on arrival, not at the end of the wait
+        # Nothing there and no wait: an empty page at once.
+        empty = await api.ok("GET", f"/v1/poll/{ep['id']}?cursor={doc['cursor']}")
+        assert empty["data"] == []
+
+
+async def test_bad_polls_get_one_clear_line(db_url: str, conn: asyncpg.Connection) -> None:
+    async with tenant_api(db_url, ADMIN, []) as api:
+        http_ep = await api.ok("POST", "/v1/endpoints", {"url": "http://127.0.0.1:9/x"})
+        poll_ep = await api.ok("POST", "/v1/endpoints", {"url": "poll:"})
+        for path, code, says in (
+            (f"/v1/poll/{http_ep['id']}", 400, "not a polling endpoint"),
+            (f"/v1/poll/{poll_ep['id']}?cursor=abc", 400, "cursor"),
+            (f"/v1/poll/{poll_ep['id']}?limit=0", 400, "limit"),
+            (f"/v1/poll/{poll_ep['id']}?limit=251", 400, "limit"),
+            (f"/v1/poll/{poll_ep['id']}?wait_s=31", 400, "wait_s"),
+            (f"/v1/poll/{poll_ep['id']}?wait_s=nan", 400, "wait_s"),
+            ("/v1/poll/999999", 404, "no endpoint"),
+        ):
+            status, doc, _ = await api.call("GET", path)
+            assert status == code and says in doc["error"], (path, status, doc)
+        status, doc, _ = await api.call("POST", "/v1/endpoints", {"url": "poll:x"})
+        assert status == 400 and "poll:" in doc["error"]
