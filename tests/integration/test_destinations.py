@@ -231,10 +231,15 @@ async def test_a_broker_password_is_sealed_at_rest_and_shown_masked(
 # ------------------------------------------------------------ broker restarts
 
 
-async def _server(argv: list[str], port: int) -> asyncio.subprocess.Process:
+async def _server(
+    argv: list[str], port: int, started: list[asyncio.subprocess.Process]
+) -> asyncio.subprocess.Process:
+    """`argv` listening on `port`; kept in `started`, which the test kills
+    whatever happens."""
     proc = await asyncio.create_subprocess_exec(
         *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
     )
+    started.append(proc)
     for _ in range(100):  # bounded: 10 s
         try:
             _, w = await asyncio.open_connection("127.0.0.1", port)
@@ -305,8 +310,10 @@ async def test_a_redis_restart_mid_run_loses_nothing(
     argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
             "--appendonly", "yes", "--appendfsync", "always", "--dir", str(tmp_path)]  # fmt: skip
 
+    started: list[asyncio.subprocess.Process] = []
+
     async def start() -> asyncio.subprocess.Process:
-        return await _server(argv, port)
+        return await _server(argv, port, started)
 
     proc = await start()
     r = redis.asyncio.Redis(host="127.0.0.1", port=port)
@@ -326,7 +333,8 @@ async def test_a_redis_restart_mid_run_loses_nothing(
         assert len(ids) - RESTART_N <= IN_FLIGHT  # re-sent at most what was unconfirmed
     finally:
         await r.aclose()
-        await _killed(proc)
+        for p in started:
+            await _killed(p)
 
 
 async def test_a_nats_restart_mid_run_loses_nothing_and_stores_each_once(
@@ -335,8 +343,10 @@ async def test_a_nats_restart_mid_run_loses_nothing_and_stores_each_once(
     port = free_port()
     argv = ["nats-server", "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(tmp_path)]
 
+    started: list[asyncio.subprocess.Process] = []
+
     async def start() -> asyncio.subprocess.Process:
-        return await _server(argv, port)
+        return await _server(argv, port, started)
 
     proc = await start()
     nc = await nats.connect(f"nats://127.0.0.1:{port}")
@@ -361,4 +371,5 @@ async def test_a_nats_restart_mid_run_loses_nothing_and_stores_each_once(
     finally:
         if box.get("nc") is not None:
             await box["nc"].close()
-        await _killed(proc)
+        for p in started:
+            await _killed(p)
