@@ -29,6 +29,9 @@ from dispatcher.core.models import AttemptResult, Verdict
 from dispatcher.core.ssrf import check_address, literal_address
 from dispatcher.worker.attempterrors import attempt_error, refused_target
 
+# The shared vocabulary's word (SPEC "last_error") for a link the broker
+# closed under us.
+CONNECTION_LOST = "connection reset: the broker closed the connection"
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 30.0
 MAX_ERROR_LEN = 300

@@ -17,7 +17,7 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange
 
 from dispatcher.core.destinations import BrokerTarget
-from dispatcher.worker.brokers import BrokerFailure, BrokerMessage
+from dispatcher.worker.brokers import CONNECTION_LOST, BrokerFailure, BrokerMessage
 
 CONNECT_TIMEOUT_S = 10.0
 
@@ -39,7 +39,7 @@ class AmqpLink:
 
     async def publish(self, target: BrokerTarget, msg: BrokerMessage) -> None:
         if self._connection.is_closed:
-            raise BrokerFailure("connection closed", permanent=False, drop=True)
+            raise BrokerFailure(CONNECTION_LOST, permanent=False, drop=True)
         message = aio_pika.Message(
             msg.body,
             headers=dict(msg.headers),
@@ -65,7 +65,8 @@ class AmqpLink:
         except (aiormq.exceptions.AMQPChannelError,
                 aiormq.exceptions.ChannelInvalidStateError) as exc:  # fmt: skip
             self._exchanges.pop(target.exchange, None)
-            raise BrokerFailure(f"channel closed ({type(exc).__name__})", permanent=False) from None
+            raise BrokerFailure(f"connection reset: channel closed ({type(exc).__name__})",
+                                permanent=False) from None  # fmt: skip
         except aiormq.exceptions.AMQPConnectionError as exc:
             raise BrokerFailure(_connection_word(exc), permanent=False, drop=True) from None
 
@@ -76,7 +77,7 @@ class AmqpLink:
 def _connection_word(exc: BaseException) -> str:
     if isinstance(exc, aiormq.exceptions.ConnectionResourceError):
         return "nack: the broker refused the connection's work (resource alarm)"
-    return "connection closed"
+    return CONNECTION_LOST
 
 
 async def connect(target: BrokerTarget, host: str, context: ssl.SSLContext | None) -> AmqpLink:
@@ -100,5 +101,5 @@ async def connect(target: BrokerTarget, host: str, context: ssl.SSLContext | Non
     except aiormq.exceptions.AMQPConnectionError as exc:
         if isinstance(exc.__cause__, OSError):
             raise exc.__cause__ from None
-        raise BrokerFailure("connection failed", permanent=False) from None
+        raise BrokerFailure("bad response: the broker's handshake", permanent=False) from None
     return AmqpLink(connection)

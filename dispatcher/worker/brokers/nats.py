@@ -18,7 +18,7 @@ import nats.js.errors
 from nats.aio.client import Client
 
 from dispatcher.core.destinations import BrokerTarget
-from dispatcher.worker.brokers import BrokerFailure, BrokerMessage
+from dispatcher.worker.brokers import CONNECTION_LOST, BrokerFailure, BrokerMessage
 
 CONNECT_TIMEOUT_S = 10
 # The endpoint's timeout (the sender's deadline) cuts a publish short; the
@@ -37,7 +37,7 @@ class NatsLink:
 
     async def publish(self, target: BrokerTarget, msg: BrokerMessage) -> None:
         if self._client.is_closed:
-            raise BrokerFailure("connection closed", permanent=False, drop=True)
+            raise BrokerFailure(CONNECTION_LOST, permanent=False, drop=True)
         headers = {**msg.headers, "Nats-Msg-Id": msg.msg_id}
         try:
             await self._js.publish(target.subject, msg.body, timeout=REQUEST_TIMEOUT_S,
@@ -49,11 +49,12 @@ class NatsLink:
             raise BrokerFailure(f"nack: the stream refused it (code {code})",
                                 permanent=False) from None  # fmt: skip
         except nats.errors.MaxPayloadError:
-            raise BrokerFailure("too large for the server's max_payload", permanent=True) from None
+            raise BrokerFailure("nack: larger than the server's max_payload",
+                                permanent=True) from None  # fmt: skip
         except (nats.errors.ConnectionClosedError, nats.errors.StaleConnectionError,
                 nats.errors.OutboundBufferLimitError, nats.errors.ConnectionReconnectingError,
                 nats.errors.ConnectionDrainingError):  # fmt: skip
-            raise BrokerFailure("connection closed", permanent=False, drop=True) from None
+            raise BrokerFailure(CONNECTION_LOST, permanent=False, drop=True) from None
 
     async def close(self) -> None:
         await self._client.close()

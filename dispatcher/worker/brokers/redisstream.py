@@ -20,7 +20,7 @@ import redis.exceptions
 from redis.asyncio.connection import BlockingConnectionPool, SSLConnection
 
 from dispatcher.core.destinations import BrokerTarget
-from dispatcher.worker.brokers import BrokerFailure, BrokerMessage
+from dispatcher.worker.brokers import CONNECTION_LOST, BrokerFailure, BrokerMessage
 
 CONNECT_TIMEOUT_S = 10.0
 POOL_SIZE = 16
@@ -64,7 +64,7 @@ class RedisLink:
             cause = exc.__cause__ or exc.__context__
             if isinstance(cause, OSError):
                 raise cause from None
-            raise BrokerFailure("connection closed", permanent=False, drop=True) from None
+            raise BrokerFailure(CONNECTION_LOST, permanent=False, drop=True) from None
 
     async def close(self) -> None:
         await self._client.aclose(close_connection_pool=True)
