@@ -200,9 +200,13 @@ async def browser(profile: Path) -> AsyncIterator[Page]:
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        for _ in range(300):
+        # Bounded: 60 s. A start beside six busy test workers took longer
+        # than the 15 s this allowed before (CI, 2026-12-03).
+        for _ in range(1200):
             if port_file.exists() and port_file.read_text().count("\n") >= 1:
                 break
+            if proc.returncode is not None:
+                raise AssertionError(f"chromium exited with {proc.returncode} before it listened")
             await asyncio.sleep(0.05)
         port = int(port_file.read_text().split()[0])
         async with aiohttp.ClientSession() as session:
