@@ -125,9 +125,29 @@ async def _json(url: str, *args: str) -> object:
     return json.loads(await _ok(url, *args, "--json"))
 
 
+def _port_pair() -> int:
+    """A port p with p + 1 free too (`run --processes 2` listens on both),
+    below the kernel's ephemeral range, where outgoing connections take
+    theirs (one took p + 1 in CI once)."""
+    import random
+    import socket
+
+    for _ in range(200):  # bounded
+        p = random.randrange(20000, 32000)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", p))
+                b.bind(("127.0.0.1", p + 1))
+        except OSError:
+            continue
+        return p
+    raise AssertionError("no free pair of ports")
+
+
 async def test_every_command_finds_the_writable_host(
-    empty_db_url: str, tcp_db_url: str, receiver: Receiver, unused_tcp_port: int
+    empty_db_url: str, tcp_db_url: str, receiver: Receiver
 ) -> None:
+    unused_tcp_port = _port_pair()
     async with _host(_standby) as standby:
         url = _multi(tcp_db_url, "127.0.0.1:1", standby)
         doc = await _json(url, "migrate")
