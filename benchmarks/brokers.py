@@ -38,6 +38,7 @@ import redis.asyncio
 from dispatcher import db
 from dispatcher.core.signing import Signer
 
+from .database import drop_database
 from .processes import dispatcher_argv
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -237,11 +238,7 @@ async def through_dispatcher(
         return {"per_min": per_min, "exit": rc, "at_broker": got, "delivered": delivered}
     finally:
         await conn.close()
-        admin = await asyncpg.connect(server)
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
+        await drop_database(server, name)
 
 
 async def run_one(kind: str, server: str, events: int, concurrency: int) -> dict[str, Any]:

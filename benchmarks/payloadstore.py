@@ -33,6 +33,7 @@ import asyncpg
 
 from dispatcher import db
 
+from .database import drop_database
 from .history import claim_times
 
 PRODUCERS = 8
@@ -103,11 +104,7 @@ async def run_one(server: str, fanout: int, events: int, size: int) -> dict[str,
         }
     finally:
         await conn.close()
-        admin = await asyncpg.connect(server)
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
+        await drop_database(server, name)
 
 
 async def main(argv: list[str]) -> int:
