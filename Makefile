@@ -47,7 +47,7 @@ test-fast: install
 
 # Each lane ends with its 20 slowest tests (issue 36: where the time goes).
 test: lint
-	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -m "not serial" --durations=20 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal -m "not serial" --durations=20 $(PYTEST_ARGS)
 	$(PY) -m pytest -q -p no:cacheprovider -m serial --durations=20 $(PYTEST_ARGS)
 
 # docs/operations/configuration.md from settings.ENVIRONMENT (a unit test

@@ -51,6 +51,7 @@ from .bench import DEFAULT_DB, Options
 from .errors import BenchError, UsageError
 from .output import progress, render
 from .scenarios import OWN_DATABASE, RUNNERS
+from .scenarios.faults import FAULT_KINDS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keys", type=int, default=None, help="fifo: ordering keys (1000)")
     p.add_argument("--rounds", type=int, default=None, help="https: rounds per protocol (2)")
     p.add_argument("--rate", type=int, default=None, help="events/s: tenants b's (20), cluster")
+    p.add_argument(
+        "--case", action="append", default=None, choices=FAULT_KINDS,
+        help="faults: run only this case (repeatable; default all five)",
+    )  # fmt: skip
     p.add_argument("--batch-size", type=int, default=None, help="run --batch-size (default)")
     p.add_argument("--raw-requests", type=int, default=None, help="min(events, 50000)")
     p.add_argument("--raw-passes", type=int, default=None, help="raw ceiling passes (3)")

@@ -131,7 +131,24 @@ def server_url(request: pytest.FixtureRequest) -> str:
     home: Path = request.config._dispatcher_home  # type: ignore[attr-defined]
     with open(home / "server.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return embedded.embedded_url(home)
+        url = embedded.embedded_url(home)
+        asyncio.run(_throwaway(url))
+        return url
+
+
+async def _throwaway(url: str) -> None:
+    """The run's own server holds nothing worth an fsync: it is removed at
+    the end, and a test that kills PostgreSQL kills the server, not the
+    machine, so the OS still has every write. Syncing is most of what the
+    suite's many small databases, truncations and commits cost the disk."""
+    conn = await db.connect_any(url, timeout=60)
+    try:
+        if await conn.fetchval("SHOW fsync") == "on":
+            for name in ("fsync", "synchronous_commit", "full_page_writes"):
+                await conn.execute(f"ALTER SYSTEM SET {name} = off")
+            await conn.execute("SELECT pg_reload_conf()")
+    finally:
+        await conn.close()
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -26,6 +26,8 @@ CASES: tuple[tuple[str, str | None, float], ...] = (
     ("30 % hangs", "hang", 0.3),
     ("10 % cut bodies", "cut", 0.1),
 )
+# What `--case` names each case by (the receiver's fault kind).
+FAULT_KINDS = tuple(kind or "healthy" for _, kind, _ in CASES)
 ENDPOINT = {"max_attempts": 50, "retry_base_ms": 10, "retry_cap_ms": 200}
 
 
@@ -74,7 +76,9 @@ async def run_faults(bench: Bench, opts: Options) -> dict[str, Any]:
     )
     cases: dict[str, dict[str, Any]] = {}
     table: list[list[str]] = [["case", "deliveries/s  (attempts/event, breaker opened, dead)"]]
-    for label, kind, share in CASES:
+    wanted = opts.given.get("case") or FAULT_KINDS
+    chosen = [c for c in CASES if (c[1] or "healthy") in wanted]
+    for label, kind, share in chosen:
         m = cases[label] = await _case(bench, opts, kind, share, events, mif)
         table.append(
             [
@@ -86,7 +90,7 @@ async def run_faults(bench: Bench, opts: Options) -> dict[str, Any]:
         if m["lost"]:
             bench.problems.append(f"{label}: {m['lost']} events neither delivered nor dead")
     bench.report["cases"] = cases
-    healthy = cases["healthy"]["per_s"] or 0.0
+    healthy = (cases["healthy"]["per_s"] or 0.0) if "healthy" in cases else 0.0
     verdicts = [
         verdict(
             f"{label}: nothing lost, breaker never opened",
@@ -95,6 +99,6 @@ async def run_faults(bench: Bench, opts: Options) -> dict[str, Any]:
             if healthy and cases[label]["per_s"]
             else "-",
         )
-        for label, _, _ in CASES
+        for label, _, _ in chosen
     ]
     return bench.finish(table, verdicts)

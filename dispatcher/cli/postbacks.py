@@ -13,10 +13,10 @@ import asyncpg
 
 from dispatcher.cli.common import Handler, emit, report, with_conn
 from dispatcher.core.errors import BadInput
+from dispatcher.core.models import TEST_EVENT_TYPE
 from dispatcher.ops import service
 from dispatcher.ops.inputs import check_event_type, payload_text, read_payload
 from dispatcher.settings import Settings
-from dispatcher.worker import testshot
 
 Cmd = Callable[..., argparse.ArgumentParser]
 
@@ -57,7 +57,10 @@ async def cmd_endpoint_test(args: argparse.Namespace, settings: Settings) -> int
         read_payload(args.payload) if args.payload is not None else service.test_payload(args.id),
         settings.max_payload_bytes,
     ).encode()
-    event_type = check_event_type(args.event_type or testshot.TEST_EVENT_TYPE)
+    event_type = check_event_type(args.event_type or TEST_EVENT_TYPE)
+    # Imported here: the sender brings aiohttp, which no other command of
+    # this module needs, and every CLI start would pay for it.
+    from dispatcher.worker import testshot
 
     shots: list[testshot.Shot] = []
 
@@ -117,7 +120,7 @@ def add_postback_commands(cmd: Cmd, group: Callable[[str, str], Any], eps: Any) 
     test.add_argument("--payload", metavar="JSON|@FILE|-",
                       help="the event's payload (default: a dispatcher.test document)")  # fmt: skip
     test.add_argument("--event-type", metavar="T",
-                      help=f"the event's type (default: {testshot.TEST_EVENT_TYPE})")  # fmt: skip
+                      help=f"the event's type (default: {TEST_EVENT_TYPE})")  # fmt: skip
     events = group("event", "one event: release or cancel its held deliveries, erase its payload")
     for name, text in (
         ("release", "send the event's held deliveries"),

@@ -258,6 +258,8 @@ def fmt_number(x: float) -> str:
 
 # An endpoint's subscriptions: each one is matched at every enqueue.
 MAX_EVENT_TYPES = 1000
+# The event type of `endpoint test` and of the console's "send a test event".
+TEST_EVENT_TYPE = "dispatcher.test"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

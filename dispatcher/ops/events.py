@@ -21,6 +21,7 @@ import orjson
 
 from dispatcher.core.attemptdetail import trace_context
 from dispatcher.core.errors import BadInput, NotFound, Throttled
+from dispatcher.core.models import TEST_EVENT_TYPE
 from dispatcher.db import Conn, applications, catalog
 from dispatcher.ops.eventtypes import validate_events, validate_payload
 from dispatcher.ops.inputs import (
@@ -173,9 +174,6 @@ async def take_event_quota(
         raise Throttled(
             f"over this application's events quota (max_events_per_s): retry in {retry} s", retry
         )
-
-
-TEST_EVENT_TYPE = "dispatcher.test"
 
 
 async def send_test_event(

@@ -13,6 +13,7 @@ or formats output for a terminal or an HTTP response.
 
 from __future__ import annotations
 
+from dispatcher.core.models import TEST_EVENT_TYPE
 from dispatcher.ops.deadletters import DEFAULT_REPLAY_LIMIT, Replayed, replay
 from dispatcher.ops.endpoints import (
     DEFAULT_GRACE_S,
@@ -35,7 +36,6 @@ from dispatcher.ops.endpoints import (
 )
 from dispatcher.ops.events import (
     MAX_DELAY_S,
-    TEST_EVENT_TYPE,
     cancel_event,
     enqueue,
     enqueue_event,

@@ -14,6 +14,7 @@ import orjson
 from aiohttp import web
 
 from dispatcher import db
+from dispatcher.core.models import TEST_EVENT_TYPE
 from dispatcher.ops import service
 from dispatcher.ops.inputs import check_event_type, check_id, payload_text
 from dispatcher.web import openapi as oas
@@ -41,7 +42,7 @@ async def endpoint_send_test(request: web.Request) -> web.Response:
         raw = payload_text(orjson.dumps(body["payload"]), settings.max_payload_bytes)
     else:
         raw = service.test_payload(eid)
-    event_type = check_event_type(body.get("event_type", testshot.TEST_EVENT_TYPE))
+    event_type = check_event_type(body.get("event_type", TEST_EVENT_TYPE))
     pool = request.app[POOL]
     async with db.acquire(pool) as conn, conn.transaction():
         # The lease first (another's endpoint: 404, a shot out: 429, neither

@@ -25,13 +25,12 @@ from datetime import datetime
 from typing import Any
 
 from dispatcher.core.errors import BadInput, Throttled, UnknownEndpoint
-from dispatcher.core.models import Delivery, Endpoint, Verdict
+from dispatcher.core.models import TEST_EVENT_TYPE, Delivery, Endpoint, Verdict
 from dispatcher.db import Conn, applications, store
 from dispatcher.settings import Settings
 from dispatcher.worker.sender import Sender
 
 SHOWN_BYTES = 2048
-TEST_EVENT_TYPE = "dispatcher.test"  # as ops.service's test event
 MAX_TIMEOUT_MS = 10_000
 # The lease outlives the shot's timeout by this much (the sender's own
 # setup, a slow close), and ends by itself if the process dies with it.

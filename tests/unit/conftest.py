@@ -34,7 +34,9 @@ def _check(sock: socket.socket, address: Any) -> None:
         raise PermissionError(f"tests/unit connects to nothing beyond loopback ({address[0]})")
 
 
-@pytest.fixture(autouse=True, scope="session")
+# Per test, not per session: a worker that steals work (xdist worksteal)
+# runs unit tests between database tests, and the guard must not outlive them.
+@pytest.fixture(autouse=True)
 def _loopback_only() -> Iterator[None]:
     connect, connect_ex, getaddrinfo = (
         socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo,
