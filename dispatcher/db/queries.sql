@@ -1468,6 +1468,21 @@ WHERE id IN (SELECT id FROM webhook_live
              WHERE status = 'held' AND created_at < now() - interval '366 days'
              LIMIT $1 FOR UPDATE SKIP LOCKED);
 
+-- name: expire_unread_polls
+-- A polling endpoint's delivery its consumer has not read within the
+-- delivered rows' retention ($1 s since it came due) goes to dead letter,
+-- as a delivered one would go from history: nothing waits unread forever,
+-- and a replay puts it back in front of the consumer. A range of the due
+-- index per polling endpoint, bounded by the batch ($2).
+UPDATE webhook_live
+SET status = 'dead_letter', last_error = 'unread: not fetched within the retention',
+    locked_by = NULL, updated_at = now()
+WHERE id IN (SELECT w.id FROM endpoints e
+             JOIN webhook_live w ON w.endpoint_id = e.id
+             WHERE e.url = 'poll:' AND w.status IN ('pending', 'failed')
+               AND w.next_attempt_at < now() - make_interval(secs => $1)
+             LIMIT $2 FOR UPDATE OF w SKIP LOCKED);
+
 -- name: erase_expired_payloads
 -- Payload retention (schema 022) over the range of ids the retention walk
 -- just read ($1, $2]: final rows enqueued before the cut-off ($3 s) keep

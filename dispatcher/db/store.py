@@ -354,6 +354,8 @@ async def maintain(
         await latency.refresh_percentiles(conn, window_s)
         await conn.execute(Q["prune_secrets"])
         await conn.execute(Q["expire_held"], batch)
+        if (delivered_s := kept(keep.delivered_s)) is not None:
+            await conn.execute(Q["expire_unread_polls"], delivered_s, batch)
         # The small tables: one bounded batch a round each keeps up.
         await conn.execute(Q["idempotency_prune"], batch, kept(keep.idempotency_s))
         await conn.execute(Q["prune_portal"], kept(keep.portal_s))

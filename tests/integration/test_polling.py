@@ -11,6 +11,8 @@ import time
 
 import asyncpg
 
+from dispatcher.core.retention import DAY_S, Retention
+from dispatcher.db import store
 from tests.helpers import drain, statuses, tenant_api
 
 ADMIN = "polling-admin-token-0123456789abcdef"
@@ -110,3 +112,35 @@ async def test_bad_polls_get_one_clear_line(db_url: str, conn: asyncpg.Connectio
             assert status == code and says in doc["error"], (path, status, doc)
         status, doc, _ = await api.call("POST", "/v1/endpoints", {"url": "poll:x"})
         assert status == 400 and "poll:" in doc["error"]
+
+
+async def test_unread_past_the_retention_is_dead_lettered_and_replayable(
+    db_url: str, conn: asyncpg.Connection
+) -> None:
+    async with tenant_api(db_url, ADMIN, []) as api:
+        ep = await api.ok("POST", "/v1/endpoints", {"url": "poll:"})
+        old, young = await _enqueue(conn, 2, "u")
+        # One came due 8 days ago and was never read; the other 6 days ago.
+        for event_id, days in ((old, 8), (young, 6)):
+            await conn.execute(
+                "UPDATE webhook_live SET next_attempt_at = now() - make_interval(days => $2)"
+                " WHERE event_id = $1", event_id, days,
+            )  # fmt: skip
+        await store.maintain(conn, DAY_S, Retention())  # delivered rows: 7 days
+        rows = {
+            r["event_id"]: (r["status"], r["last_error"])
+            for r in await conn.fetch("SELECT event_id, status, last_error FROM webhook_queue")
+        }
+        assert rows[old] == ("dead_letter", "unread: not fetched within the retention")
+        assert rows[young] == ("pending", None)
+        page = await api.ok("GET", f"/v1/poll/{ep['id']}")
+        assert [d["event_id"] for d in page["data"]] == [young]
+        # A replay puts it back in front of the consumer.
+        await api.ok("POST", "/v1/dead-letters/replay", {"endpoint_id": ep["id"]})
+        await _due(conn)
+        page = await api.ok("GET", f"/v1/poll/{ep['id']}")
+        assert sorted(d["event_id"] for d in page["data"]) == sorted([old, young])
+        # Kept forever (0): nothing expires.
+        await conn.execute("UPDATE webhook_live SET next_attempt_at = now() - interval '30 days'")
+        await store.maintain(conn, DAY_S, Retention(delivered_s=0))
+        assert await statuses(conn) == {"pending": 2}
