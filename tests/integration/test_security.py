@@ -282,13 +282,29 @@ async def test_names_resolving_to_private_addresses_are_refused(
         )
 
 
+async def _receiver_pair(first: str, second: str) -> tuple[Receiver, Receiver]:
+    """Two receivers on one port of two addresses. The first's port is the
+    kernel's pick, which another test's connection may hold on the second
+    address: a few tries with another port, then the error."""
+    for attempt in range(10):
+        one = await Receiver().start_on(first)
+        two = Receiver()
+        try:
+            return one, await two.start_on(second, one.port)
+        except OSError:
+            await two.stop()
+            await one.stop()
+            if attempt == 9:
+                raise
+    raise AssertionError("unreachable")
+
+
 async def test_rebinding_cannot_redirect_a_vetted_connection(
     conn: asyncpg.Connection, db_url: str
 ) -> None:
     """The allow-list admits 127.0.0.2 only. The name answers 127.0.0.2 once,
     then 127.0.0.1: requests reach the vetted address and never the other."""
-    allowed = await Receiver().start_on("127.0.0.2")
-    forbidden = await Receiver().start_on("127.0.0.1", allowed.port)
+    allowed, forbidden = await _receiver_pair("127.0.0.2", "127.0.0.1")
     try:
         resolver = FakeResolver({"rebind.test": [["127.0.0.2"], ["127.0.0.1"]]})
         await add_endpoint(conn, f"http://rebind.test:{allowed.port}/x", max_in_flight=1,
