@@ -184,12 +184,12 @@ class Metrics:
             self.deliveries.labels(outcome).inc(n)
 
     def record_timings(self, timings: Iterable[tuple[int, Timing]]) -> None:
-        """(endpoint, (connect s, TLS s, first byte s)) of answered attempts;
-        None for a phase the attempt did not have."""
+        """(endpoint, (DNS s, connect s, TLS s, first byte s)) of answered
+        attempts; None for a phase the attempt did not have."""
         listed = list(timings)
-        self.connect_seconds.observe_many((e, c) for e, (c, _, _) in listed if c is not None)
-        self.tls_seconds.observe_many((e, t) for e, (_, t, _) in listed if t is not None)
-        self.first_byte_seconds.observe_many((e, f) for e, (_, _, f) in listed)
+        self.connect_seconds.observe_many((e, c) for e, (_, c, _, _) in listed if c is not None)
+        self.tls_seconds.observe_many((e, t) for e, (_, _, t, _) in listed if t is not None)
+        self.first_byte_seconds.observe_many((e, f) for e, (_, _, _, f) in listed)
 
     def record_lags(self, lags: Iterable[float]) -> None:
         self.lag_seconds.observe_many(lags)

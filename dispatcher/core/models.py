@@ -118,10 +118,10 @@ class Delivery:
     tracestate: str | None = None
 
 
-# An answered attempt's (TCP connect, TLS handshake, first byte) in seconds,
-# for the metrics: connect and TLS None on a reused connection, TLS on
-# plain HTTP.
-Timing = tuple[float | None, float | None, float]
+# An answered attempt's (DNS, TCP connect, TLS handshake, first byte) in
+# seconds, for the metrics and the span's events: the first three None on a
+# reused connection, DNS for an address literal, TLS on plain HTTP.
+Timing = tuple[float | None, float | None, float | None, float]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

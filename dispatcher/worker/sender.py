@@ -341,7 +341,7 @@ class Sender:
         detail = _record(phases, ttfb, t0, remote=remote, headers=got, body=answer, fired=fired,
                          span=span)  # fmt: skip
         # For the per-endpoint histograms (metrics.py) and the span.
-        timing = (phases.connect(), phases.tls, ttfb)
+        timing = (phases.dns, phases.connect(), phases.tls, ttfb)
         verdict = classify_status(status)
         if verdict is Verdict.SUCCESS:
             if wire.success is not None and not body_matches(wire.success, answer):

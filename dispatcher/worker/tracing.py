@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dispatcher import log
-from dispatcher.core.models import AttemptResult, Delivery, Verdict
+from dispatcher.core.models import AttemptResult, Delivery, Timing, Verdict
 from dispatcher.version import __version__
 from dispatcher.worker.wire import EndpointWire
 
@@ -125,6 +125,8 @@ class Tracing:
         if result.remote_addr is not None:
             span.set_attribute("network.peer.address", result.remote_addr)
         span.set_attribute("dispatcher.verdict", result.verdict.value)
+        if result.timing is not None:
+            _phase_events(span, result.timing)
         if result.verdict is not Verdict.SUCCESS:
             error = result.error or (
                 str(result.status_code) if result.status_code is not None else "failed"
@@ -136,3 +138,24 @@ class Tracing:
     async def close(self) -> None:
         """Exports what is still batched (the SDK's own bounded wait)."""
         await asyncio.to_thread(self._provider.shutdown)
+
+
+PHASES = ("dns", "connect", "tls")
+
+
+def _phase_events(span: Any, timing: Timing) -> None:
+    """An event at the end of each phase the attempt went through (as
+    Convoy's client span has): `dns`, `connect`, `tls` when it opened a
+    connection, then `ttfb` when the status line came; each with the
+    phase's own length (`dispatcher.phase.ms`). The phases run one after
+    the other from the span's start, so their ends are running sums."""
+    *opening, ttfb = timing
+    start: int = span.start_time
+    at = 0.0
+    for name, took in zip(PHASES, opening, strict=True):
+        if took is not None:
+            at += took
+            span.add_event(name, {"dispatcher.phase.ms": round(took * 1000, 3)},
+                           timestamp=start + int(at * 1e9))  # fmt: skip
+    span.add_event("ttfb", {"dispatcher.phase.ms": round(ttfb * 1000, 3)},
+                   timestamp=start + int(max(ttfb, at) * 1e9))  # fmt: skip

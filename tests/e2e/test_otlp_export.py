@@ -92,3 +92,11 @@ async def test_attempts_are_client_spans_of_the_producers_trace(
     assert "?" not in str(attrs["url.full"])
     stored = await conn.fetchval("SELECT detail->>'span_id' FROM endpoint_latency")
     assert stored == sent_span
+    # The phases as events, at their ends: a new connection to an address
+    # (no DNS, no TLS), then the status line.
+    assert [e.name for e in span.events] == ["connect", "ttfb"]
+    times = [span.start_time_unix_nano, *(e.time_unix_nano for e in span.events)]
+    assert times == sorted(times) and times[-1] <= span.end_time_unix_nano
+    for e in span.events:
+        [kv] = e.attributes
+        assert kv.key == "dispatcher.phase.ms" and kv.value.double_value >= 0

@@ -132,7 +132,7 @@ class Brokers:
         ms = int((time.perf_counter() - t0) * 1000)
         slot.failures = 0
         return AttemptResult(verdict=Verdict.SUCCESS, status_code=None, response_ms=ms,
-                             timing=(None, None, ms / 1000))  # fmt: skip
+                             timing=(None, None, None, ms / 1000))  # fmt: skip
 
     async def _link(self, target: BrokerTarget, slot: _Slot) -> Link:
         if slot.link is not None:
