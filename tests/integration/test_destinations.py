@@ -194,6 +194,27 @@ async def test_redis_stream_entries_carry_the_body_and_signed_fields(
         await r.aclose()
 
 
+async def test_a_broker_endpoints_rate_limit_holds(db_url: str, conn: asyncpg.Connection) -> None:
+    """The endpoint's token bucket applies to a broker as to HTTP: 31 events
+    at 20/s with a burst of 1 span at least 1.5 s of the broker's own clock
+    (Redis stamps each entry's id with its milliseconds). A lower bound:
+    a slow machine only makes it longer."""
+    key = f"dispatcher-test-{uuid.uuid4().hex[:8]}"
+    r = redis.asyncio.Redis(host="127.0.0.1", port=6379)
+    try:
+        await add_endpoint(conn, f"redis://127.0.0.1:6379/0?stream={key}", rate_per_s=20,
+                           burst=1)  # fmt: skip
+        await _enqueue(conn, 31)
+        await drain(db_url)
+        assert await statuses(conn) == {"delivered": 31}
+        stamps = [int(entry_id.split(b"-")[0]) for entry_id, _ in await r.xrange(key)]
+        assert len(stamps) == 31
+        assert stamps[-1] - stamps[0] >= 1500 * 0.95, stamps  # 30 tokens at 20/s
+    finally:
+        await r.delete(key)
+        await r.aclose()
+
+
 async def test_a_refused_broker_is_retried_not_lost(db_url: str, conn: asyncpg.Connection) -> None:
     # Nothing listens on port 1: connection refused, a transient failure.
     await add_endpoint(conn, "redis://127.0.0.1:1/0?stream=s", max_attempts=2, retry_base_ms=10,
