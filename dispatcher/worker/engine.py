@@ -355,6 +355,8 @@ class Engine:
         """Claims what can be started now (claimer.py). Returns (rows,
         budget left after)."""
         assert self._pool is not None and self._recorder is not None
+        if self._refresher is not None:
+            await self._refresher.caught_up()
         return await self._claimer.claim(self._pool, self._recorder, drain=self._drain)
 
     # ------------------------------------------------------------ delivering

@@ -40,6 +40,22 @@ from dispatcher.worker.gate import Gates
 # How often a worker that owes the others a smaller share looks whether it
 # holds no more than that share yet.
 SETTLE_S = 0.02
+# How long a claim waits for a heard endpoint change to be read (a refresh
+# takes milliseconds; a failing one is retried by the loop meanwhile).
+CAUGHT_UP_S = 1.0
+
+
+class Heard(asyncio.Event):
+    """ "An endpoint changed", as the listener sets it, counting how often:
+    a read that began after the n-th has read it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def set(self) -> None:
+        self.count += 1
+        super().set()
 
 
 class Refresher:
@@ -77,13 +93,29 @@ class Refresher:
         self._owed = asyncio.Event()
         self.clock_offset = 0.0  # the database's clock minus ours, for breaker decisions
         self.ops_webhooks: frozenset[int] = frozenset()  # their ids, for the recorder
-        self.changed = asyncio.Event()
+        self.changed = Heard()
+        # The count `changed` had when the last successful read began: every
+        # change heard up to it is in the gates.
+        self.read_upto = 0
 
     def db_now(self) -> float:
         """Epoch seconds on the database's clock."""
         return time.time() + self.clock_offset
 
+    async def caught_up(self, bound_s: float = CAUGHT_UP_S) -> None:
+        """Returns once every change the listener has heard is read into the
+        gates, so that the claim after `endpoint rotate-secret` signs with
+        the new secret rather than racing the refresh; or after `bound_s`:
+        a refresh that fails (the database away) must not hold claims up.
+        One comparison when nothing changed."""
+        if self.read_upto >= self.changed.count:
+            return
+        end = time.monotonic() + bound_s
+        while self.read_upto < self.changed.count and time.monotonic() < end:
+            await asyncio.sleep(0.002)
+
     async def once(self) -> None:
+        heard = self.changed.count
         live_s = max(3.0, 3 * self._settings.endpoint_refresh_s)
         applied = self.applied
         async with acquire(self._pool) as conn:
@@ -102,6 +134,7 @@ class Refresher:
         if states:
             self.clock_offset = db_now - time.time()
         due = self._gates.sync(states, self._worker, view)
+        self.read_upto = max(self.read_upto, heard)  # the gates have it now
         if applied != live:
             if shares.may_apply(view, self._gates.held()):
                 # Within our share of `live` everywhere: say so now, not a

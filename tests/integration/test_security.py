@@ -16,7 +16,9 @@ from standardwebhooks import Webhook as StandardWebhook
 from svix.webhooks import Webhook as SvixWebhook
 
 from dispatcher import enqueue
+from dispatcher.core.models import WakeMode
 from dispatcher.core.signing import generate_signing_key, public_key
+from dispatcher.db import wake
 from dispatcher.ops.reports import dlq_analyze
 from dispatcher.ops.service import rotate_secret
 from dispatcher.receiver import VerificationError, verify
@@ -74,6 +76,31 @@ async def test_rotation_with_public_verifiers(conn: asyncpg.Connection, db_url: 
     assert _accepts(s3, after.body, ha) and _accepts(s1, after.body, ha)
     assert not _accepts(s2, after.body, ha)
     assert not _accepts(s3, after.body + b" ", ha)  # a tampered body
+
+
+async def test_a_running_worker_signs_with_the_secret_rotated_just_before(
+    conn: asyncpg.Connection, db_url: str, receiver: Receiver
+) -> None:
+    """A worker already running (woken by NOTIFY, not started afresh) reads
+    the rotation before it claims the event enqueued right after it: the
+    claim waits for the refresh the change asked for, rather than racing
+    it (the Svix SDK test lost that race under load)."""
+    eid, _ = await add_endpoint(conn, receiver.url("/ok"))
+    await wake.write(conn, WakeMode.NOTIFY)  # the enqueue wakes the claim at once
+    e = Engine(replace(FAST, endpoint_refresh_s=60), db_url)
+    worker = asyncio.create_task(e.run())
+    try:
+        for i in range(10):
+            secret = (await rotate_secret(conn, eid, 3600))["secret"]
+            await enqueue(conn, "t", {"n": i}, f"rot{i}")
+            async with asyncio.timeout(15):
+                while len(receiver.received) <= i:
+                    await asyncio.sleep(0.01)
+            got = receiver.received[i]
+            assert _accepts(secret, got.body, _headers(got)), i
+    finally:
+        e.stop()
+        await asyncio.wait_for(worker, 30)
 
 
 async def test_grace_period_ends(conn: asyncpg.Connection, db_url: str, receiver: Receiver) -> None:
