@@ -77,7 +77,7 @@ async def run_faults(bench: Bench, opts: Options) -> dict[str, Any]:
     cases: dict[str, dict[str, Any]] = {}
     table: list[list[str]] = [["case", "deliveries/s  (attempts/event, breaker opened, dead)"]]
     wanted = opts.given.get("case") or FAULT_KINDS
-    chosen = [c for c in CASES if (c[1] or "healthy") in wanted]
+    chosen = [c for c, name in zip(CASES, FAULT_KINDS, strict=True) if name in wanted]
     for label, kind, share in chosen:
         m = cases[label] = await _case(bench, opts, kind, share, events, mif)
         table.append(

@@ -57,6 +57,11 @@ class Heard(asyncio.Event):
         self.count += 1
         super().set()
 
+    def again(self) -> None:
+        """A read asked for by the refresher itself (to publish a share it
+        may now apply): nothing a claim has to wait for."""
+        super().set()
+
 
 class Refresher:
     def __init__(
@@ -103,11 +108,11 @@ class Refresher:
         return time.time() + self.clock_offset
 
     async def caught_up(self, bound_s: float = CAUGHT_UP_S) -> None:
-        """Returns once every change the listener has heard is read into the
-        gates, so that the claim after `endpoint rotate-secret` signs with
-        the new secret rather than racing the refresh; or after `bound_s`:
-        a refresh that fails (the database away) must not hold claims up.
-        One comparison when nothing changed."""
+        """Returns once every change the listener has heard (Heard.set) is
+        read into the gates, so that the claim after `endpoint
+        rotate-secret` signs with the new secret rather than racing the
+        refresh; or after `bound_s`: a refresh that fails (the database
+        away) must not hold claims up. One comparison when nothing changed."""
         if self.read_upto >= self.changed.count:
             return
         end = time.monotonic() + bound_s
@@ -140,7 +145,7 @@ class Refresher:
                 # Within our share of `live` everywhere: say so now, not a
                 # refresh later (the others, and we, grow on it).
                 self.applied = live
-                self.changed.set()
+                self.changed.again()
             else:
                 self._owed.set()
         for gate in due:
@@ -192,7 +197,7 @@ class Refresher:
                 self._owed.clear()
             elif shares.may_apply(view, self._gates.held()):
                 self._owed.clear()
-                self.changed.set()
+                self.changed.again()
 
     async def run(self) -> None:
         """Every `endpoint_refresh_s`, and at once when an endpoint changed

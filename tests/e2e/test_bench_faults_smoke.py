@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.scenarios.faults import CASES
+from benchmarks.scenarios.faults import CASES, FAULT_KINDS
 from tests.helpers import bench_smoke
 
 
-@pytest.mark.parametrize(("label", "kind"), [(c[0], c[1] or "healthy") for c in CASES])
+@pytest.mark.parametrize(
+    ("label", "kind"), [(c[0], kind) for c, kind in zip(CASES, FAULT_KINDS, strict=True)]
+)
 async def test_faults_smoke(server_url: str, label: str, kind: str) -> None:
     doc = await bench_smoke(server_url, "faults", "--case", kind)
     assert doc["scenario"] == "faults" and not doc["problems"], doc["problems"]
