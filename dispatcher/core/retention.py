@@ -53,6 +53,29 @@ class Retention:
         return min((s for s in cutoffs if s is not None), default=None)
 
 
+# Partition widths of the time-partitioned tables (schema 023, 025, 026),
+# widest first: each table's is the widest at most a quarter of its
+# retention, so a partition dropped whole keeps no row more than a quarter
+# past it; a day when kept forever or for four days and more.
+PARTITION_WIDTHS_S = (86_400, 3_600, 300)
+# Partitions made ahead of the one holding now: three days, or an hour of
+# the narrower ones (a worker down that long finds its partition; what
+# falls past them meanwhile waits in the default partition).
+DAYS_AHEAD = 3
+NARROW_AHEAD = 12
+
+
+def partition_width_s(keep_s: float | None) -> int:
+    """The partition width for a retention (None: kept forever)."""
+    if keep_s is None:
+        return PARTITION_WIDTHS_S[0]
+    return next((w for w in PARTITION_WIDTHS_S if w <= keep_s / 4), PARTITION_WIDTHS_S[-1])
+
+
+def partitions_ahead(width_s: int) -> int:
+    return DAYS_AHEAD if width_s >= PARTITION_WIDTHS_S[0] else NARROW_AHEAD
+
+
 RETENTION_VARIABLES = {  # each Retention field's variable, spelt out for grep
     "delivered_s": "DISPATCHER_RETENTION_DELIVERED_S",
     "dead_s": "DISPATCHER_RETENTION_DEAD_S",
@@ -71,17 +94,20 @@ RETENTION_NAMES = tuple(RETENTION_VARIABLES)
 RETENTION_HELP: tuple[tuple[str, str, str], ...] = (
     (
         "DISPATCHER_RETENTION_DELIVERED_S",
-        "delivered rows older than this (since delivered) are deleted, in batches; 0 keeps them",
+        "delivered rows older than this (since delivered) go, with their history partition"
+        " (production.md); 0 keeps them",
         "604800 (7 days)",
     ),
     (
         "DISPATCHER_RETENTION_DEAD_S",
-        "dead letters older than this (since they died) are deleted; 0 keeps them",
+        "dead letters older than this (since they died) go, with their history partition;"
+        " 0 keeps them",
         "2592000 (30 days)",
     ),
     (
         "DISPATCHER_RETENTION_CANCELLED_S",
-        "cancelled rows older than this (since cancelled) are deleted; 0 keeps them",
+        "cancelled rows older than this (since cancelled) go, with their history partition;"
+        " 0 keeps them",
         "604800 (7 days)",
     ),
     (

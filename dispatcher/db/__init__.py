@@ -315,7 +315,7 @@ async def recreate_database(server_url: str, name: str) -> str:
 from dispatcher.db.migrator import (  # noqa: E402, F401
     AFTER,
     DAY_PARTITIONED,
-    DAYS_AHEAD,
+    HISTORY_PARTITIONED,
     REPEATABLE_PREFIX,
     UNUSABLE_PATTERN,
     has_statements,

@@ -18,6 +18,7 @@ from pathlib import Path
 import asyncpg
 
 from dispatcher.core.errors import BadInput, OperationalError
+from dispatcher.core.retention import DAYS_AHEAD
 from dispatcher.core.shaping import compile_success_body
 from dispatcher.db import MIGRATION_LOCK, Conn
 
@@ -133,22 +134,23 @@ def _changed(files: list[tuple[str, str]], stored: dict[str, str]) -> bool:
     return any(stored.get(name) != _checksum(sql) for name, sql in files)
 
 
-# Days of the attempt log (schema 023) and of the payload store (025) made
-# ahead of today: a worker that was down for a day or two still finds its
-# day's partition (else the default partition takes the rows, and the day
-# takes them along later).
-DAYS_AHEAD = 3
-
-
-# The tables partitioned by day (dispatcher_day_partitions reads each one's
-# time column from its partition key).
-DAY_PARTITIONED = ("endpoint_latency", "event_payloads")
+# The time-partitioned tables (dispatcher_day_partitions reads each one's
+# time column from its partition key): the attempt log (schema 023), the
+# payload store (025), and each final status's history (026).
+HISTORY_PARTITIONED = (
+    "webhook_history_delivered",
+    "webhook_history_dead",
+    "webhook_history_cancelled",
+)
+DAY_PARTITIONED = ("endpoint_latency", "event_payloads", *HISTORY_PARTITIONED)
 
 
 async def migrate(conn: Conn) -> list[str]:
     """Applies the pending numbered migrations, each once and in its own
-    transaction; then, when one was applied or a repeatable file's text
-    changed, all the repeatable files again, in one transaction (a table
+    transaction (those up to the last pending "with functions" one in a
+    single transaction, the repeatable files applied at its end); then,
+    when one was applied after that or a repeatable file's text changed,
+    all the repeatable files again, in one transaction (a table
     change can take with it what depends on it: a dropped table its
     triggers, a DROP ... CASCADE what it reached). Returns what it applied:
     migration names, then the repeatable files as "functions/NAME".
@@ -174,32 +176,49 @@ async def migrate(conn: Conn) -> list[str]:
             " applied_at timestamptz NOT NULL DEFAULT now())"
         )
         done = {r["version"] for r in await conn.fetch("SELECT version FROM dispatcher_migrations")}
-        for version, name, sql in migrations():
-            if version in done:
-                continue
+        pending = [m for m in migrations() if m[0] not in done]
+        # Up to the last pending migration that changes what the functions
+        # name, one transaction, with the functions applied at its end: an
+        # earlier one's functions may name what a later one creates (025's
+        # enqueue is 026's), and producers call them between commits.
+        marked = [i for i, (_, _, sql) in enumerate(pending) if WITH_FUNCTIONS in sql]
+        cut = marked[-1] + 1 if marked and not _ahead(done) else 0
+        groups = [pending[:cut]] if cut else []
+        groups += [[m] for m in pending[cut:]]
+        applied_since = False
+        grouped: list[str] = []
+        for i, group in enumerate(groups):
             async with conn.transaction():
-                if has_statements(sql):
-                    await conn.execute(sql)
-                if version in AFTER:
-                    await AFTER[version](conn)
-                if WITH_FUNCTIONS in sql and not _ahead(done):
-                    # What the change renames, the functions must name in
-                    # the same commit: producers call them meanwhile.
-                    await _apply_repeatables(conn, repeatables())
-                await conn.execute(
-                    "INSERT INTO dispatcher_migrations (version, name) VALUES ($1, $2)",
-                    version,
-                    name,
-                )
-            applied_now.append(name)
+                for version, name, sql in group:
+                    if has_statements(sql):
+                        await conn.execute(sql)
+                    if version in AFTER:
+                        await AFTER[version](conn)
+                    await conn.execute(
+                        "INSERT INTO dispatcher_migrations (version, name) VALUES ($1, $2)",
+                        version,
+                        name,
+                    )
+                    applied_now.append(name)
+                if i == 0 and cut:
+                    files = repeatables()
+                    await _apply_repeatables(conn, files)
+                    grouped = [REPEATABLE_PREFIX + name for name, _ in files]
+            # Applied in that transaction, after every migration before:
+            # not again (each application locks what its triggers and
+            # views name, under producers already calling the new code).
+            applied_since = i > 0 or not cut
         if _ahead(done):
             return applied_now
         files = repeatables()
-        if applied_now or _changed(files, await _stored_checksums(conn)):
+        if applied_since or _changed(files, await _stored_checksums(conn)):
             await _apply_repeatables(conn, files)
             applied_now += [REPEATABLE_PREFIX + name for name, _ in files]
-        # The days (schema 023, 025), so a fresh database's first attempts
-        # and payloads land in their day; maintenance keeps them coming.
+        else:
+            applied_now += grouped
+        # The days (schema 023, 025, 026), so a fresh database's first
+        # attempts, payloads and final rows land in their day; maintenance
+        # keeps them coming.
         for parent in DAY_PARTITIONED:
             await conn.execute("SELECT dispatcher_day_partitions($1, $2, NULL)", parent, DAYS_AHEAD)
     finally:

@@ -51,7 +51,10 @@ RETURNING w.id, w.endpoint_id, w.event_id,
 -- lost the claim (a failover, a crash: the row is back to pending or
 -- failed) or another worker handed it back unsent after the lease ran
 -- out, while no attempt was recorded since the one this outcome is for
--- ($10, the attempt count at the claim) and no one holds it.
+-- ($10, the attempt count at the claim) and no one holds it. A retry or a
+-- hand-back stays in webhook_live; a delivered or dead row leaves it for
+-- history in the same statement (schema 026: the DELETE's RETURNING is
+-- the INSERT's rows, with the columns dispatcher_settle maps).
 WITH o AS (
     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::bool[],
                          $6::int[], $7::int[], $8::text[], $10::int[], $11::jsonb[])
@@ -65,20 +68,38 @@ WITH o AS (
         next_attempt_at = CASE WHEN o.status IN ('pending', 'failed')
                                THEN now() + make_interval(secs => o.delay_s)
                                ELSE w.next_attempt_at END,
-        delivered_at = CASE WHEN o.status = 'delivered' THEN now() ELSE w.delivered_at END,
-        last_error = CASE WHEN o.spent OR o.status = 'dead_letter' THEN o.error
-                          ELSE w.last_error END,
+        last_error = CASE WHEN o.spent THEN o.error ELSE w.last_error END,
         last_status_code = CASE WHEN o.spent THEN o.status_code ELSE w.last_status_code END,
         last_response_ms = CASE WHEN o.spent THEN o.response_ms ELSE w.last_response_ms END,
         locked_by = NULL,
         updated_at = now()
     FROM o
-    WHERE w.id = o.id
+    WHERE w.id = o.id AND o.status NOT IN ('delivered', 'dead_letter')
       AND ((w.status = 'in_flight' AND w.locked_by = $9)
            OR (w.status IN ('pending', 'failed') AND w.attempt_count = o.attempt))
-    RETURNING CASE WHEN o.status = 'delivered'
-                   THEN extract(epoch FROM now() - w.created_at)::float8 END AS lag_s,
-              o.endpoint_id, o.status, o.status_code, o.response_ms
+    RETURNING 1
+), gone AS (
+    DELETE FROM webhook_live w
+    USING o
+    WHERE w.id = o.id AND o.status IN ('delivered', 'dead_letter')
+      AND ((w.status = 'in_flight' AND w.locked_by = $9)
+           OR (w.status IN ('pending', 'failed') AND w.attempt_count = o.attempt))
+    RETURNING w.*, o.status AS final, o.spent, o.status_code AS code, o.response_ms AS ms,
+              o.error AS err
+), settled AS (
+    INSERT INTO webhook_history (id, endpoint_id, event_id, event_type, payload, status,
+        attempt_count, max_attempts, created_at, next_attempt_at, delivered_at, updated_at,
+        locked_by, last_error, last_status_code, last_response_ms, order_key, resent_at,
+        payload_erased_at, traceparent, tracestate, payload_id, payload_at, finished_at)
+    SELECT id, endpoint_id, event_id, event_type, payload, final, attempt_count + spent::int,
+           max_attempts, created_at, next_attempt_at,
+           CASE WHEN final = 'delivered' THEN now() ELSE delivered_at END, now(), NULL,
+           CASE WHEN spent OR final = 'dead_letter' THEN err ELSE last_error END,
+           CASE WHEN spent THEN code ELSE last_status_code END,
+           CASE WHEN spent THEN ms ELSE last_response_ms END,
+           order_key, resent_at, payload_erased_at, traceparent, tracestate, payload_id,
+           payload_at, now()
+    FROM gone
 ), lat AS (
     INSERT INTO endpoint_latency (endpoint_id, response_ms, status_code, delivery_id, error,
                                   detail)
@@ -87,14 +108,15 @@ WITH o AS (
 ), minutes AS (
     -- Final outcomes into their minutes (the attempts are counted by the
     -- attempt log's trigger, schema/functions/latency.sql).
-    SELECT dispatcher_count_minutes(array_agg(endpoint_id), array_agg(now()), array_agg(status),
-                                    array_agg(false), array_agg(status_code),
-                                    array_agg(response_ms))
-    FROM upd WHERE status IN ('delivered', 'dead_letter')
+    SELECT dispatcher_count_minutes(array_agg(endpoint_id), array_agg(now()), array_agg(final),
+                                    array_agg(false), array_agg(code), array_agg(ms))
+    FROM gone
 )
 -- End-to-end lags of what was delivered, for the lag histogram (after the
--- minutes: a CTE that only selects runs when it is read).
-SELECT coalesce((SELECT array_agg(lag_s) FILTER (WHERE lag_s IS NOT NULL) FROM upd), '{}')
+-- minutes: a CTE that only selects runs when it is read; `settled`, a
+-- write, runs whether read or not).
+SELECT coalesce((SELECT array_agg(extract(epoch FROM now() - created_at)::float8)
+                 FROM gone WHERE final = 'delivered'), '{}')
 FROM minutes;
 
 -- name: server_identity
@@ -338,6 +360,10 @@ WITH target AS MATERIALIZED (
              -- No channels on a line: endpoints listening to channels only skip it.
              AND e.channels IS NULL
         ELSE e.id = s.endpoint_id END
+    -- Already final for that endpoint (schema 026: in history, out of
+    -- reach of webhook_live's unique index): nothing new.
+    WHERE NOT EXISTS (SELECT 1 FROM webhook_history h
+                      WHERE h.event_id = s.event_id AND h.endpoint_id = e.id)
 ), shared AS MATERIALIZED (
     SELECT line, nextval('event_payloads_id_seq') AS payload_id
     FROM target GROUP BY line HAVING count(*) > 1
@@ -378,7 +404,7 @@ SELECT dispatcher_enqueue_app(
 -- name: event_applications
 -- By the (event_id, endpoint_id) unique index. $2 (a caller scoped to an
 -- application): the operator's ops deliveries are no tenant's (018).
-SELECT DISTINCT e.application_id FROM webhook_live q JOIN endpoints e ON e.id = q.endpoint_id
+SELECT DISTINCT e.application_id FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
 WHERE q.event_id = $1 AND (NOT $2::boolean OR e.ops_scope IS DISTINCT FROM 'operator')
 ORDER BY 1;
 
@@ -407,7 +433,7 @@ SELECT
     count(*) FILTER (WHERE status = 'pending') AS pending,
     count(*) FILTER (WHERE status = 'failed') AS awaiting_retry,
     count(*) FILTER (WHERE status = 'in_flight') AS in_flight,
-    (SELECT count(*) FROM webhook_live WHERE status = 'dead_letter') AS dead_letter,
+    (SELECT count(*) FROM webhook_queue WHERE status = 'dead_letter') AS dead_letter,
     -- The last hour's outcomes from the endpoints' minutes (schema 020),
     -- not from a count of history; rows retrying come from the live queue.
     (SELECT coalesce(sum(delivered), 0) FROM last_hour) AS delivered_last_hour,
@@ -531,21 +557,17 @@ WITH gone AS (
 DELETE FROM endpoint_hours
 WHERE hour < now() - make_interval(secs => $1::float8 + 3600);
 
--- name: prune_latency
--- The attempt log's default partition past its retention, a bounded batch
--- (schema 023: the days go whole, dispatcher_day_partitions). A ctid
--- names a row within one partition only, hence the partition by name.
-DELETE FROM endpoint_latency_default
-WHERE ctid = ANY (ARRAY(
-    SELECT ctid FROM endpoint_latency_default
-    WHERE measured_at < now() - make_interval(secs => $1)
-    LIMIT $2));
-
 -- name: day_partitions
--- Today's and the next $2 days' partitions of a table partitioned by day
--- ($1) made, the days past its retention ($3 s; NULL keeps them) dropped
--- (schema/functions/partitions.sql).
-SELECT created, dropped FROM dispatcher_day_partitions($1, $2, $3);
+-- The partitions of a time-partitioned table ($1) from now to $2 ahead,
+-- $4 s wide, made; those past its retention ($3 s; NULL keeps them)
+-- dropped (schema/functions/partitions.sql).
+SELECT created, dropped FROM dispatcher_day_partitions($1, $2, $3, $4);
+
+-- name: day_partitions_since
+-- The partitions of $1 ($3 s wide) from the one holding $4 to now, but none
+-- past its retention ($2 s): where the rows moved into history by the
+-- upgrade's backfill land.
+SELECT created, dropped FROM dispatcher_day_partitions($1, 0, $2, $3, $4);
 
 -- name: prune_messages
 -- Svix-API messages past retention, but never one a delivery is still to
@@ -592,7 +614,7 @@ WITH dead AS (
            avg(attempt_count)::float8 AS avg_attempts,
            array_agg(extract(epoch FROM updated_at)::float8 ORDER BY updated_at) AS times,
            array_agg(last_status_code ORDER BY updated_at) AS codes
-    FROM webhook_live
+    FROM webhook_queue
     WHERE status = 'dead_letter' AND updated_at > now() - make_interval(secs => $1)
     GROUP BY endpoint_id
 )
@@ -605,55 +627,50 @@ FROM dead d
 ORDER BY d.endpoint_id;
 
 -- name: replay_ids
-UPDATE webhook_live
-SET status = 'pending', attempt_count = 0, next_attempt_at = now(), updated_at = now()
-WHERE id = ANY($1::bigint[]) AND status = 'dead_letter'
-  -- Erased (022) or expired (025): nothing left to send.
-  AND dispatcher_payload(payload, payload_id, payload_at) IS NOT NULL
-  -- A deleted endpoint's dead letters stay dead: nothing would send them.
-  -- An application's token replays only its own, never the operator's ops
-  -- deliveries (018), whatever its application is called.
-  AND endpoint_id IN (SELECT id FROM endpoints WHERE deleted_at IS NULL
-                      AND ($2::text IS NULL OR (application_id = $2
-                                                AND ops_scope IS DISTINCT FROM 'operator')))
-RETURNING id;
+-- Back to the live queue, due now (dispatcher_revive, schema 026).
+SELECT dispatcher_revive(ARRAY(
+    SELECT q.id FROM webhook_queue q
+    WHERE q.id = ANY($1::bigint[]) AND q.status = 'dead_letter'
+      -- Erased (022) or expired (025): nothing left to send.
+      AND q.payload IS NOT NULL
+      -- A deleted endpoint's dead letters stay dead: nothing would send them.
+      -- An application's token replays only its own, never the operator's ops
+      -- deliveries (018), whatever its application is called.
+      AND q.endpoint_id IN (SELECT id FROM endpoints WHERE deleted_at IS NULL
+                            AND ($2::text IS NULL
+                                 OR (application_id = $2
+                                     AND ops_scope IS DISTINCT FROM 'operator')))),
+    '{dead_letter}', false) AS id;
 
 -- name: replay_endpoint
 -- Capped: the oldest dead letters first, at most $4 per call.
-UPDATE webhook_live
-SET status = 'pending', attempt_count = 0, next_attempt_at = now(), updated_at = now()
-WHERE id IN (
-    SELECT id FROM webhook_live
-    WHERE endpoint_id = $1 AND status = 'dead_letter'
-      AND dispatcher_payload(payload, payload_id, payload_at) IS NOT NULL
-      AND ($2::timestamptz IS NULL OR updated_at >= $2)
-      AND ($3::timestamptz IS NULL OR updated_at < $3)
-    ORDER BY updated_at, id
-    LIMIT $4
-    FOR UPDATE SKIP LOCKED)
-RETURNING id;
+SELECT dispatcher_revive(ARRAY(
+    SELECT q.id FROM webhook_queue q
+    WHERE q.endpoint_id = $1 AND q.status = 'dead_letter' AND q.payload IS NOT NULL
+      AND ($2::timestamptz IS NULL OR q.updated_at >= $2)
+      AND ($3::timestamptz IS NULL OR q.updated_at < $3)
+    ORDER BY q.updated_at, q.id
+    LIMIT $4), '{dead_letter}', false) AS id;
 
--- name: prune_history
--- Walks the primary key from a cursor, 10,000 rows a statement: each batch
--- is an index range scan whatever the heap order, and deletes the final
--- rows in it past their retention ($1 delivered, $4 dead letters, $5
--- cancelled; NULL keeps them). Returns where the walk got to and whether
--- it reached rows too young for any retention ($6, the shortest: then the
--- walk starts over).
-WITH batch AS (
-    SELECT id, created_at FROM webhook_live WHERE id > $3 ORDER BY id LIMIT $2
-), gone AS (
-    DELETE FROM webhook_live w USING batch
-    WHERE w.id = batch.id
-      AND ((w.status = 'delivered' AND w.delivered_at < now() - make_interval(secs => $1))
-           OR (w.status = 'dead_letter' AND w.updated_at < now() - make_interval(secs => $4))
-           OR (w.status = 'cancelled' AND w.updated_at < now() - make_interval(secs => $5)))
-    RETURNING 1
-)
-SELECT (SELECT max(id) FROM batch) AS last_id,
-       (SELECT count(*) FROM gone) AS deleted,
-       coalesce((SELECT min(created_at) FROM batch)
-                >= now() - make_interval(secs => $6), true) AS reached_young;
+-- name: backfill_history
+-- One step of the move of the rows final before schema 026 into history
+-- (schema/functions/history.sql); NULL once it is done.
+SELECT dispatcher_backfill_history($1, $2, $3, $4);
+
+-- name: backfill_days
+-- The history partitions the next step of the move needs: per final
+-- status, the earliest finished_at of its next $1 ids.
+SELECT w.status, min(dispatcher_finished_at(w.status, w.delivered_at, w.updated_at)) AS since
+FROM dispatcher_history_backfill b
+CROSS JOIN LATERAL (SELECT * FROM webhook_live l WHERE l.id > b.cursor AND l.id <= b.upto
+                    ORDER BY l.id LIMIT $1) w
+WHERE b.done_at IS NULL AND w.status IN ('delivered', 'dead_letter', 'cancelled')
+GROUP BY w.status;
+
+-- name: prune_partition_rows
+-- What no partition drop of $1 takes past its retention ($2 s), given the
+-- width partitions are made with now ($3 s): at most $4 rows a partition.
+SELECT dispatcher_prune_partition_rows($1, $2, $3, $4);
 
 -- name: notify_due
 SELECT pg_notify('dispatcher_due', '');
@@ -676,7 +693,7 @@ SELECT dispatcher_wake_workers();
 SELECT id, endpoint_id, event_id, event_type, status, attempt_count, max_attempts,
        created_at, next_attempt_at, delivered_at, last_error, last_status_code,
        last_response_ms
-FROM webhook_live
+FROM webhook_queue
 WHERE event_id = $1
   AND ($2::text IS NULL
        OR endpoint_id IN (SELECT id FROM endpoints WHERE application_id = $2
@@ -689,7 +706,7 @@ ORDER BY id;
 SELECT id, endpoint_id, event_id, event_type, status, attempt_count, max_attempts,
        created_at, next_attempt_at, delivered_at, last_error, last_status_code,
        last_response_ms
-FROM webhook_live
+FROM webhook_queue
 WHERE ($1::text IS NULL
        OR endpoint_id IN (SELECT id FROM endpoints WHERE application_id = $1
                                      AND ops_scope IS DISTINCT FROM 'operator'))
@@ -716,7 +733,7 @@ SELECT
     (SELECT count(*) FROM webhook_live WHERE status = 'pending') AS pending,
     (SELECT count(*) FROM webhook_live WHERE status = 'failed') AS failed,
     (SELECT count(*) FROM webhook_live WHERE status = 'in_flight') AS in_flight,
-    (SELECT count(*) FROM webhook_live WHERE status = 'dead_letter') AS dead_letter,
+    (SELECT count(*) FROM webhook_queue WHERE status = 'dead_letter') AS dead_letter,
     (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM webhook_live
       WHERE status IN ('pending', 'failed', 'in_flight')
         AND (status <> 'pending' OR next_attempt_at <= now())) AS oldest_pending_s,
@@ -749,7 +766,7 @@ LIMIT $2;
 -- name: attempts_for_event
 SELECT l.delivery_id, l.measured_at AS at, l.status_code, l.response_ms, l.error,
        l.detail::text AS detail
-FROM webhook_live w
+FROM webhook_queue w
 JOIN endpoint_latency l ON l.delivery_id = w.id
 WHERE w.event_id = $1
   AND ($2::text IS NULL
@@ -820,21 +837,16 @@ LIMIT $2;
 -- "Resend everything that failed since": every live endpoint's dead letters
 -- (of one application, or all) that died in [$2, $3), oldest first, at
 -- most $4 per call, through the dead-letter index per endpoint.
-UPDATE webhook_live
-SET status = 'pending', attempt_count = 0, next_attempt_at = now(), updated_at = now()
-WHERE id IN (
-    SELECT q.id FROM webhook_live q
-    WHERE q.status = 'dead_letter' AND q.updated_at >= $2
-      AND dispatcher_payload(q.payload, q.payload_id, q.payload_at) IS NOT NULL
+SELECT dispatcher_revive(ARRAY(
+    SELECT q.id FROM webhook_queue q
+    WHERE q.status = 'dead_letter' AND q.updated_at >= $2 AND q.payload IS NOT NULL
       AND ($3::timestamptz IS NULL OR q.updated_at < $3)
       AND q.endpoint_id IN (SELECT id FROM endpoints WHERE deleted_at IS NULL
                             AND ($1::text IS NULL
                                  OR (application_id = $1
                                      AND ops_scope IS DISTINCT FROM 'operator')))
     ORDER BY q.updated_at, q.id
-    LIMIT $4
-    FOR UPDATE SKIP LOCKED)
-RETURNING id;
+    LIMIT $4), '{dead_letter}', false) AS id;
 
 -- name: update_endpoint
 -- The service merges a patch over the locked current row and validates the
@@ -859,14 +871,14 @@ WITH buckets AS (
     SELECT generate_series(0, ($1::float8 / $2::float8)::int - 1) AS i
 ), created AS (
     SELECT floor(extract(epoch FROM now() - created_at) / $2::float8)::int AS i, count(*) AS n
-    FROM webhook_live WHERE created_at > now() - make_interval(secs => $1::float8) GROUP BY 1
+    FROM webhook_queue WHERE created_at > now() - make_interval(secs => $1::float8) GROUP BY 1
 ), delivered AS (
     SELECT floor(extract(epoch FROM now() - delivered_at) / $2::float8)::int AS i, count(*) AS n
-    FROM webhook_live
+    FROM webhook_queue
     WHERE status = 'delivered' AND delivered_at > now() - make_interval(secs => $1::float8) GROUP BY 1
 ), dead AS (
     SELECT floor(extract(epoch FROM now() - updated_at) / $2::float8)::int AS i, count(*) AS n
-    FROM webhook_live
+    FROM webhook_queue
     WHERE status = 'dead_letter' AND updated_at > now() - make_interval(secs => $1::float8) GROUP BY 1
 )
 SELECT b.i AS ago, coalesce(c.n, 0) AS enqueued, coalesce(d.n, 0) AS delivered,
@@ -903,7 +915,7 @@ FROM unnest($1::bigint[], $2::float8[]) AS p(endpoint_id, wait_s)
 WHERE h.endpoint_id = p.endpoint_id;
 
 -- name: status_counts
-SELECT status, count(*) AS n FROM webhook_live GROUP BY status;
+SELECT status, count(*) AS n FROM webhook_queue GROUP BY status;
 
 -- name: breaker_transitions
 SELECT endpoint_id, from_state, to_state, cooldown_seconds, at
@@ -960,21 +972,29 @@ ORDER BY at DESC LIMIT $2;
 -- event each belonged to (a pruned delivery leaves its attempt without one).
 SELECT l.delivery_id, w.event_id, w.event_type, l.measured_at AS at, l.status_code,
        l.response_ms, l.error
-FROM endpoint_latency l LEFT JOIN webhook_live w ON w.id = l.delivery_id
+FROM endpoint_latency l LEFT JOIN webhook_queue w ON w.id = l.delivery_id
 WHERE l.endpoint_id = $1 AND l.measured_at > now() - make_interval(secs => $2::float8)
   AND (l.error IS NOT NULL OR l.status_code IS NULL OR l.status_code NOT BETWEEN 200 AND 299)
 ORDER BY l.measured_at DESC
 LIMIT $3;
 
 -- name: newest_id
-SELECT coalesce(max(id), 0) FROM webhook_live;
+SELECT coalesce(max(id), 0) FROM webhook_queue;
 
 -- name: probe_new_rows
 -- The idle probe: the rows above a watermark the prober keeps about a
 -- second behind the newest id. A commit of new rows changes the count;
--- claims and outcomes (updates) do not. One range scan of the primary key,
--- as long as the rows of the last second or so.
-SELECT count(*) AS n, coalesce(max(id), $1) AS top FROM webhook_live WHERE id > $1;
+-- claims and outcomes do not: a row made final moves to history with its
+-- id (schema 026), so live and the last hour of history together keep
+-- their count. Range scans of the primary key and of the id index of the
+-- history partitions of the last hour, as long as the rows of the last
+-- second or so.
+SELECT sum(n)::bigint AS n, coalesce(max(top), $1) AS top FROM (
+    SELECT count(*) AS n, max(id) AS top FROM webhook_live WHERE id > $1
+    UNION ALL
+    SELECT count(*), max(id) FROM webhook_history
+    WHERE id > $1 AND finished_at > now() - interval '1 hour'
+) parts;
 
 -- name: table_health
 -- The hot tables' dead rows, whether autovacuum will see to them (the
@@ -1282,7 +1302,7 @@ ORDER BY m.created_at DESC, m.id DESC;
 SELECT q.id AS delivery_id, q.event_id, q.endpoint_id, e.url, l.measured_at,
        l.status_code, l.response_ms, l.error, q.resent_at,
        l.detail->>'response_excerpt' AS excerpt
-FROM webhook_live q
+FROM webhook_queue q
 JOIN endpoints e ON e.id = q.endpoint_id
 JOIN endpoint_latency l ON l.delivery_id = q.id AND l.endpoint_id = q.endpoint_id
 WHERE e.application_id = $1 AND e.kind = 'webhook'
@@ -1293,12 +1313,12 @@ ORDER BY l.measured_at DESC, q.id DESC LIMIT $6;
 
 -- name: svix_resend
 -- A delivery sent again now with a fresh attempt budget (Svix: a manual
--- attempt); a row still waiting is left as it is.
-UPDATE webhook_live SET status = 'pending', attempt_count = 0, next_attempt_at = now(),
-    updated_at = now(), locked_by = NULL, resent_at = now()
-WHERE event_id = $1 AND endpoint_id = $2 AND status IN ('delivered', 'dead_letter')
-  AND dispatcher_payload(payload, payload_id, payload_at) IS NOT NULL
-RETURNING id;
+-- attempt), back from history to the live queue (schema 026); a row still
+-- waiting is left as it is.
+SELECT dispatcher_revive(ARRAY(
+    SELECT q.id FROM webhook_queue q
+    WHERE q.event_id = $1 AND q.endpoint_id = $2 AND q.status IN ('delivered', 'dead_letter')
+      AND q.payload IS NOT NULL), '{delivered,dead_letter}', true) AS id;
 
 -- name: svix_mark_resent
 UPDATE webhook_live SET resent_at = now() WHERE event_id = $1 AND endpoint_id = $2;
@@ -1484,13 +1504,18 @@ WHERE id IN (SELECT w.id FROM endpoints e
              LIMIT $2 FOR UPDATE OF w SKIP LOCKED);
 
 -- name: erase_expired_payloads
--- Payload retention (schema 022) over the range of ids the retention walk
--- just read ($1, $2]: final rows enqueued before the cut-off ($3 s) keep
--- their row and lose their payload.
-UPDATE webhook_live SET payload = NULL, payload_erased_at = now()
-WHERE id > $1 AND id <= $2 AND payload IS NOT NULL
-  AND status IN ('delivered', 'dead_letter', 'cancelled')
-  AND created_at < now() - make_interval(secs => $3);
+-- Payload retention (schema 022) of the final rows kept longer than their
+-- payloads ($1 s): they keep their row and lose the payload they hold
+-- inline, a bounded batch ($2) of each history status a round. (A
+-- payload in the store goes with its day, schema 025.)
+WITH expired AS (
+    SELECT h.id, h.status, h.finished_at FROM webhook_history h
+    WHERE h.payload IS NOT NULL AND h.created_at < now() - make_interval(secs => $1)
+    LIMIT $2
+)
+UPDATE webhook_history h SET payload = NULL, payload_erased_at = now()
+FROM expired x
+WHERE h.id = x.id AND h.status = x.status AND h.finished_at = x.finished_at;
 
 -- name: erase_expired_message_payloads
 -- Svix messages kept longer than their payloads: a bounded batch a round.
@@ -1508,7 +1533,7 @@ WHERE ctid = ANY (ARRAY(
 -- says what happens to each row). The events erased: 0 or 1.
 WITH hit AS MATERIALIZED (
     SELECT 1 FROM dispatcher_erase_deliveries(ARRAY(
-        SELECT q.id FROM webhook_live q JOIN endpoints e ON e.id = q.endpoint_id
+        SELECT q.id FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
         WHERE q.event_id = $2 AND e.application_id = $1
           AND ($3 OR e.ops_scope IS DISTINCT FROM 'operator')))
 ), msg AS MATERIALIZED (
@@ -1558,14 +1583,14 @@ WITH picked AS MATERIALIZED (
     SELECT application_id, id FROM picked WHERE dispatcher_erase_message(application_id, id)
 )
 SELECT count(*) FROM hit
-WHERE NOT EXISTS (SELECT 1 FROM webhook_live q JOIN endpoints e ON e.id = q.endpoint_id
+WHERE NOT EXISTS (SELECT 1 FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
                   WHERE q.event_id = hit.id AND e.application_id = hit.application_id
                     AND q.payload_erased_at >= $4);
 
 -- name: erasure_start
 -- Where a bulk erasure's walk ends (the newest delivery now) and when it
 -- began (what expunge_messages compares with).
-SELECT coalesce((SELECT max(id) FROM webhook_live), 0) AS newest, clock_timestamp() AS began;
+SELECT coalesce((SELECT max(id) FROM webhook_queue), 0) AS newest, clock_timestamp() AS began;
 
 -- name: poll_ack
 -- A polling endpoint's consumer came back with a cursor: what the page that

@@ -18,13 +18,12 @@ from dispatcher.core.destinations import open_url
 from dispatcher.core.failover import Rewrite
 from dispatcher.core.models import Delivery, Endpoint, Outcome, out_of_range
 from dispatcher.core.opsevents import OpsEvent
-from dispatcher.core.retention import Retention
+from dispatcher.core.retention import Retention, partition_width_s, partitions_ahead
 from dispatcher.core.secretbox import PREFIX as SEALED
 from dispatcher.core.secretbox import SecretBox, SecretUnreadable, unseal
 from dispatcher.core.tablehealth import HOT_TABLES, TableHealth
 from dispatcher.db import (
-    DAY_PARTITIONED,
-    DAYS_AHEAD,
+    HISTORY_PARTITIONED,
     MAINTENANCE_LOCK,
     Conn,
     Q,
@@ -331,17 +330,17 @@ async def maintain(
     window_s: float,
     retention: Retention | None = None,
     *,
-    cursor: int = 0,
     batch: int = 10_000,
     max_batches: int = 20,
-) -> int | None:
+) -> bool | None:
     """Percentiles and pruning, by one worker at a time (an advisory lock):
     every growing table past its retention (settings.Retention; None: the
     defaults).
 
-    Returns the retention cursor to resume from next time (None when another
-    worker holds the lock). Each delete is its own short statement, so no
-    long lock ever meets a claim.
+    Returns whether it got to the end of what there was to remove and to
+    move (False: a batch limit stopped it, the next round goes on; None:
+    another worker holds the lock). Each delete is its own short
+    statement, so no long lock ever meets a claim.
     """
     keep = retention or Retention()
     kept = Retention.kept
@@ -364,26 +363,63 @@ async def maintain(
         payload_s, messages_s = kept(keep.payload_s), kept(keep.messages_s)
         if payload_s is not None and (messages_s is None or messages_s > payload_s):
             await conn.execute(Q["erase_expired_message_payloads"], payload_s, batch)
-    # The attempt log (schema 023) and the payload store (025): whole days
-    # made ahead and dropped past their retention, each DDL its own short
-    # transaction; then up to max_batches short deletes a round of what the
-    # attempt log's default partition holds.
-    attempts_s = kept(keep.attempts_s)
-    days_kept = {"endpoint_latency": attempts_s, "event_payloads": kept(keep.payload_s)}
-    for parent in DAY_PARTITIONED:
-        await conn.execute(Q["day_partitions"], parent, DAYS_AHEAD, days_kept[parent])
-    if attempts_s is not None:
+    finished = True
+    # The time-partitioned tables (schema 023, 025, 026): partitions made
+    # ahead and dropped whole past their retention, each DDL its own short
+    # transaction; then up to max_batches short deletes a round of what no
+    # drop takes (a default partition's rows, a partition wider than the
+    # retention now asks for).
+    for parent, keep_s in partitioned_retention(keep).items():
+        width = partition_width_s(keep_s)
+        await conn.execute(Q["day_partitions"], parent, partitions_ahead(width), keep_s, width)
+        if keep_s is None:
+            continue
         for _ in range(max_batches):
-            gone = await conn.execute(Q["prune_latency"], attempts_s, batch)
-            if int(gone.split()[-1]) < batch:
+            if await conn.fetchval(Q["prune_partition_rows"], parent, keep_s, width, batch) < batch:
                 break
-    if keep.shortest_final() is None:
-        return cursor
-    for _ in range(max_batches):
-        cursor, _, done = await prune_history_batch(conn, keep, cursor, batch)
-        if done:
-            return 0
-    return cursor
+        else:
+            finished = False
+    if payload_s is not None and keep.payloads_outlive_rows():
+        # Inline payloads of final rows kept longer than payloads are.
+        await conn.execute(Q["erase_expired_payloads"], payload_s, batch)
+    return await backfill_history(conn, keep, batch, max_batches) and finished
+
+
+# The final statuses, in the order of HISTORY_PARTITIONED and Retention.finals.
+FINAL_STATUSES = ("delivered", "dead_letter", "cancelled")
+
+
+def partitioned_retention(keep: Retention) -> dict[str, float | None]:
+    """Each time-partitioned table's retention (None: kept forever)."""
+    kept = Retention.kept
+    return {
+        "endpoint_latency": kept(keep.attempts_s),
+        "event_payloads": kept(keep.payload_s),
+        **dict(zip(HISTORY_PARTITIONED, keep.finals(), strict=True)),
+    }
+
+
+async def backfill_history(
+    conn: Conn, retention: Retention, batch: int = 5_000, max_batches: int | None = None
+) -> bool:
+    """Moves the rows that were final before schema 026 from webhook_live to
+    history (past their retention: deleted), up to max_batches short
+    transactions (None: to the end). Returns whether the move is done."""
+    keep = dict(
+        zip(FINAL_STATUSES, zip(HISTORY_PARTITIONED, retention.finals(), strict=True), strict=True)
+    )
+    n = 0
+    while max_batches is None or n < max_batches:
+        # The partitions first, each in its own short transaction.
+        for row in await conn.fetch(Q["backfill_days"], batch):
+            parent, keep_s = keep[row["status"]]
+            await conn.execute(
+                Q["day_partitions_since"], parent, keep_s, partition_width_s(keep_s), row["since"]
+            )
+        if await conn.fetchval(Q["backfill_history"], batch, *retention.finals()) is None:
+            return True
+        n += 1
+    return False
 
 
 async def table_health(conn: Conn) -> list[TableHealth]:
@@ -403,27 +439,6 @@ async def vacuum(conn: Conn, table: str) -> None:
     if table not in HOT_TABLES:
         raise ValueError(f"not a table maintenance vacuums: {table!r}")
     await conn.execute(f"VACUUM (ANALYZE) {table}")
-
-
-async def prune_history_batch(
-    conn: Conn, retention: Retention, cursor: int, batch: int = 10_000
-) -> tuple[int, int, bool]:
-    """One retention step of the queue's final rows: (next cursor, rows
-    deleted, walk finished)."""
-    delivered, dead, cancelled = retention.finals()
-    row = await conn.fetchrow(
-        Q["prune_history"], delivered, batch, cursor, dead, cancelled, retention.shortest_final()
-    )
-    assert row is not None
-    if row["last_id"] is None:
-        return 0, row["deleted"], True
-    if retention.payloads_outlive_rows():
-        # The same stretch of the primary key: the rows that stay, past
-        # their payload's retention, lose it.
-        await conn.execute(
-            Q["erase_expired_payloads"], cursor, row["last_id"], retention.kept(retention.payload_s)
-        )
-    return row["last_id"], row["deleted"], row["reached_young"]
 
 
 # ---------------------------------------------------------------- workers

@@ -2,7 +2,7 @@
 and keeping the hot tables vacuumed when autovacuum will not.
 
 The store takes an advisory lock per round, so with many workers one does
-the work and the others skip; the retention walk resumes from a cursor.
+the work and the others skip; each round goes on where the last stopped.
 VACUUM cannot run in a transaction and may take a while on a large table:
 it runs on a connection of its own, opened for it and closed after, under
 a session lock so that two workers never vacuum at once.
@@ -40,18 +40,13 @@ class Maintenance:
         self._settings = settings
         self._db = connectivity
         self._url = url  # for the vacuum's own connection; None: no vacuums
-        self._cursor = 0  # where the retention walk of the queue resumes
         self.vacuums = 0
 
     async def once(self) -> None:
         s = self._settings
         async with self._connection() as conn:
-            cursor = await store.maintain(
-                conn, s.latency_window_s, s.retention, cursor=self._cursor
-            )
+            await store.maintain(conn, s.latency_window_s, s.retention)
             due = [h for h in await store.table_health(conn) if vacuum_due(h)]
-        if cursor is not None:
-            self._cursor = cursor
         if due and self._url is not None:
             await self.vacuum(due)
 

@@ -51,7 +51,8 @@ LANGUAGE sql AS $$
                     coalesce(p_extra, array_fill(NULL::jsonb, ARRAY[cardinality(p_types)])))
             AS x(type, endpoint_id, delivery_id, extra)
         JOIN endpoints e ON e.id = x.endpoint_id AND e.kind = 'webhook'
-        LEFT JOIN webhook_live q ON q.id = x.delivery_id
+        -- The delivery, live or just moved to history (schema 026).
+        LEFT JOIN webhook_queue q ON q.id = x.delivery_id
     ), ins AS (
         INSERT INTO webhook_live (endpoint_id, event_id, event_type, payload, max_attempts)
         SELECT o.id, ev.msg_id, ev.type,

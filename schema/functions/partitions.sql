@@ -1,16 +1,22 @@
--- The days of the time-partitioned tables: the attempt log
--- (endpoint_latency by measured_at, schema 023) and the payload store
--- (event_payloads by created_at, schema 025). Defined once and edited in
--- place: `dispatcher migrate` re-applies this file when its text changes
--- (CONTRIBUTING.md, "Changing the schema").
+-- The time-partitioned tables: the attempt log (endpoint_latency by
+-- measured_at, schema 023), the payload store (event_payloads by
+-- created_at, schema 025) and the history of final deliveries (each
+-- status of webhook_history by finished_at, schema 026). Defined once and
+-- edited in place: `dispatcher migrate` re-applies this file when its
+-- text changes (CONTRIBUTING.md, "Changing the schema").
 
--- Makes p_parent's partitions of today and the p_ahead days after it that
--- are missing (named PARENT_pYYYYMMDD, UTC days of its partition key), and drops
--- every partition whose whole range is older than p_keep_s (NULL: keeps
--- them all). A day whose rows went to the default partition meanwhile
--- takes them along. DDL waits at most a second for its lock and is
--- otherwise left to the next round, so a long reader never makes the
--- writes queue behind it. Returns the partitions made and dropped.
+-- Makes p_parent's partitions from the one holding p_from (NULL: now) to
+-- p_ahead partitions past the one holding now that are missing, each
+-- p_width_s wide (a day unless a short retention asks for less: see
+-- core.retention.partition_width_s), aligned on UTC midnight and named
+-- PARENT_pYYYYMMDD (a day) or PARENT_pYYYYMMDDHH24MI; and drops every
+-- partition whose whole range is older than p_keep_s (NULL: keeps them
+-- all). A partition whose rows went to the default partition meanwhile
+-- takes them along. One that would overlap a partition made with another
+-- width is not made: the older one covers that time. DDL waits at most a
+-- second for its lock and is otherwise left to the next round, so a long
+-- reader never makes the writes queue behind it. Returns the partitions
+-- made and dropped.
 --
 -- A payload day is dropped only after the deliveries still to be sent
 -- that reference it (held for months, or scheduled far ahead) have taken
@@ -18,11 +24,15 @@
 -- what a live row still needs. Delivered and dead rows of the day then
 -- show payload_expired.
 CREATE OR REPLACE FUNCTION dispatcher_day_partitions(
-    p_parent text, p_ahead integer, p_keep_s float8
+    p_parent text, p_ahead integer, p_keep_s float8, p_width_s integer DEFAULT 86400,
+    p_from timestamptz DEFAULT NULL
 ) RETURNS TABLE (created integer, dropped integer)
 LANGUAGE plpgsql AS $$
 DECLARE
-    today timestamptz := date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC';
+    width interval := make_interval(secs => p_width_s);
+    origin timestamptz := '2000-01-01 00:00:00+00';
+    first_lo timestamptz := date_bin(width, least(coalesce(p_from, now()), now()), origin);
+    last_lo timestamptz := date_bin(width, now(), origin) + width * p_ahead;
     -- The table's own partition key, so no caller can name another column.
     p_column text := (SELECT a.attname FROM pg_partitioned_table pt
                       JOIN pg_attribute a ON a.attrelid = pt.partrelid
@@ -36,27 +46,40 @@ BEGIN
     created := 0;
     dropped := 0;
     PERFORM set_config('lock_timeout', '1000', true);
-    FOR i IN 0 .. p_ahead LOOP
-        lo := today + make_interval(days => i);
-        hi := lo + interval '1 day';
-        part := p_parent || '_p' || to_char(lo AT TIME ZONE 'UTC', 'YYYYMMDD');
-        CONTINUE WHEN to_regclass(part) IS NOT NULL;
+    -- Bounded whatever p_from says: a backfill's rows older than this go
+    -- to the default partition.
+    first_lo := greatest(first_lo, last_lo - width * 400);
+    lo := first_lo;
+    WHILE lo <= last_lo LOOP
+        hi := lo + width;
+        part := p_parent || '_p' || to_char(lo AT TIME ZONE 'UTC',
+                                            CASE WHEN p_width_s >= 86400 THEN 'YYYYMMDD'
+                                                 ELSE 'YYYYMMDDHH24MI' END);
+        lo := hi;
+        CONTINUE WHEN to_regclass(part) IS NOT NULL
+                   OR (p_keep_s IS NOT NULL AND hi <= now() - make_interval(secs => p_keep_s));
         BEGIN
             EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS)', part, p_parent);
+            -- No row may reach the default partition between the move of
+            -- its rows of this range and the attach (which checks it):
+            -- its lock taken first, as the attach will want it, so that no
+            -- weaker one is upgraded under a reader's (a deadlock).
+            -- Writers and readers of that partition wait milliseconds.
+            EXECUTE format('LOCK TABLE %I IN ACCESS EXCLUSIVE MODE', p_parent || '_default');
             EXECUTE format('WITH moved AS (DELETE FROM %I WHERE %I >= $1 AND %I < $2'
                            ' RETURNING *) INSERT INTO %I SELECT * FROM moved',
-                           p_parent || '_default', p_column, p_column, part) USING lo, hi;
+                           p_parent || '_default', p_column, p_column, part) USING hi - width, hi;
             EXECUTE format('ALTER TABLE %I ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
-                           p_parent, part, lo, hi);
+                           p_parent, part, hi - width, hi);
             created := created + 1;
         EXCEPTION
-            -- The day is inside a legacy partition's range (the attempt
-            -- log's upgrade day), or a lock was not had in time: nothing
-            -- made this round. (Or another session made it first: a
-            -- `migrate` beside the maintaining worker; at the same
-            -- instant, a catalog key clash.)
+            -- The range overlaps a partition of another width or a legacy
+            -- one (the attempt log's upgrade day), or a lock was not had
+            -- in time: nothing made this round. (Or another session made
+            -- it first: a `migrate` beside the maintaining worker; at the
+            -- same instant, a catalog key clash.)
             WHEN invalid_object_definition OR lock_not_available OR duplicate_table
-                 OR unique_violation THEN NULL;
+                 OR unique_violation OR deadlock_detected THEN NULL;
         END;
     END LOOP;
     IF p_keep_s IS NULL THEN
@@ -88,4 +111,46 @@ BEGIN
         END;
     END LOOP;
     RETURN NEXT;
+END $$;
+
+-- The rows past p_keep_s that no partition drop takes: those of p_parent's
+-- default partition, and of partitions wider than p_width_s (made before
+-- a shorter retention asked for narrower ones: they would keep rows up to
+-- a day past it). At most p_batch a partition a call, each a range of
+-- the partition's own rows (a ctid names a row within one partition
+-- only). A partition of the right width is left to its drop.
+CREATE OR REPLACE FUNCTION dispatcher_prune_partition_rows(
+    p_parent text, p_keep_s float8, p_width_s integer, p_batch integer
+) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    p_column text := (SELECT a.attname FROM pg_partitioned_table pt
+                      JOIN pg_attribute a ON a.attrelid = pt.partrelid
+                                         AND a.attnum = pt.partattrs[0]
+                      WHERE pt.partrelid = p_parent::regclass);
+    cutoff timestamptz := now() - make_interval(secs => p_keep_s);
+    total bigint := 0;
+    n bigint;
+    r record;
+BEGIN
+    FOR r IN
+        SELECT c.relname, c.relispartition,
+               pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT' AS is_default,
+               substring(pg_get_expr(c.relpartbound, c.oid) FROM $re$FROM \('([^']+)'\)$re$)
+                   ::timestamptz AS lower_bound,
+               substring(pg_get_expr(c.relpartbound, c.oid) FROM $re$TO \('([^']+)'\)$re$)
+                   ::timestamptz AS upper_bound
+        FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+        WHERE i.inhparent = p_parent::regclass
+    LOOP
+        CONTINUE WHEN NOT r.is_default
+                  AND (r.lower_bound IS NULL OR r.lower_bound >= cutoff
+                       OR r.upper_bound - r.lower_bound <= make_interval(secs => p_width_s));
+        EXECUTE format('DELETE FROM %I WHERE ctid = ANY (ARRAY('
+                       'SELECT ctid FROM %I WHERE %I < $1 LIMIT $2))',
+                       r.relname, r.relname, p_column) USING cutoff, p_batch;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        total := total + n;
+    END LOOP;
+    RETURN total;
 END $$;

@@ -34,6 +34,7 @@ CREATE OR REPLACE FUNCTION dispatcher_endpoint_gone() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM webhook_live WHERE endpoint_id = OLD.id;
+    DELETE FROM webhook_history WHERE endpoint_id = OLD.id;
     RETURN OLD;
 END $$;
 

@@ -108,7 +108,7 @@ async def test_rabbitmq_unroutable_and_refused_credentials_are_dead_at_once(
             await _enqueue(conn, 2, kind)
         await drain(db_url)
         rows = await conn.fetch(
-            "SELECT endpoint_id, status, attempt_count, last_error FROM webhook_live"
+            "SELECT endpoint_id, status, attempt_count, last_error FROM webhook_queue"
         )
         errors = {r["endpoint_id"]: r["last_error"] for r in rows}
         assert {r["status"] for r in rows} == {"dead_letter"}, [dict(r) for r in rows]
@@ -139,7 +139,7 @@ async def test_jetstream_acknowledges_each_event_once_by_its_msg_id(
         counts = await statuses(conn)
         assert counts == {"delivered": N, "dead_letter": 1}
         dead = await conn.fetchval(
-            "SELECT last_error FROM webhook_live WHERE status = 'dead_letter'"
+            "SELECT last_error FROM webhook_queue WHERE status = 'dead_letter'"
         )
         assert dead.startswith("unroutable")
         info = await js.stream_info(stream)
@@ -177,7 +177,7 @@ async def test_redis_stream_entries_carry_the_body_and_signed_fields(
         await drain(db_url)
         assert await statuses(conn) == {"delivered": N, "dead_letter": 1}
         dead = await conn.fetchval(
-            "SELECT last_error FROM webhook_live WHERE status = 'dead_letter'"
+            "SELECT last_error FROM webhook_queue WHERE status = 'dead_letter'"
         )
         assert dead.startswith("unroutable")
         entries = await r.xrange(key)
@@ -221,7 +221,7 @@ async def test_a_refused_broker_is_retried_not_lost(db_url: str, conn: asyncpg.C
                        retry_cap_ms=20)  # fmt: skip
     await _enqueue(conn, 1)
     await drain(db_url)
-    row = await conn.fetchrow("SELECT status, attempt_count, last_error FROM webhook_live")
+    row = await conn.fetchrow("SELECT status, attempt_count, last_error FROM webhook_queue")
     assert row["status"] == "dead_letter" and row["attempt_count"] == 2, row
     assert row["last_error"].startswith("connection refused"), row
 

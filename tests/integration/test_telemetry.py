@@ -164,12 +164,9 @@ async def test_retention_under_concurrent_claiming(
 
     async def prune() -> None:
         c = await asyncpg.connect(db_url)
-        cursor: int | None = 0
         try:
             while await c.fetchval("SELECT count(*) FROM webhook_queue WHERE event_id LIKE 'old%'"):
-                cursor = await store.maintain(
-                    c, WINDOW, Retention(), cursor=cursor or 0, batch=2000, max_batches=3
-                )
+                await store.maintain(c, WINDOW, Retention(), batch=2000, max_batches=3)
                 await asyncio.sleep(0)
         finally:
             await c.close()

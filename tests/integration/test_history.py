@@ -1,0 +1,262 @@
+"""A small live queue and an insert-only history (issue 31, schema 026):
+a final row leaves webhook_live for webhook_history in the statement that
+makes it final, comes back when replayed, is found by the contract's view
+either way, is not enqueued again while its history lasts, goes with its
+partition, and a database of the previous release upgrades while producers
+and workers run, with nothing lost or sent twice."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import tarfile
+from pathlib import Path
+
+import asyncpg
+
+from dispatcher import db
+from dispatcher.core.retention import Retention
+from dispatcher.db import catalog, store
+from dispatcher.db.migrator import _apply_repeatables as apply_repeatables
+from tests.helpers import add_endpoint, drain
+from tests.receivers import Receiver
+from tests.releases import build_release
+
+FUNCTIONS_025 = Path(__file__).resolve().parents[1] / "fixtures" / "functions-025.tar.gz"
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+OVERLAP = (
+    "SELECT count(*) FROM (SELECT id FROM webhook_live INTERSECT SELECT id FROM webhook_history) x"
+)
+FINAL_IN_LIVE = (
+    "SELECT count(*) FROM webhook_live WHERE status IN ('delivered', 'dead_letter', 'cancelled')"
+)
+
+
+async def _where(conn: asyncpg.Connection, event_id: str) -> list[tuple[str, str]]:
+    """(table, status) of each row of the event."""
+    rows = await conn.fetch(
+        "SELECT 'live' AS t, status FROM webhook_live WHERE event_id = $1"
+        " UNION ALL SELECT 'history', status FROM webhook_history WHERE event_id = $1",
+        event_id,
+    )
+    return sorted((r["t"], r["status"]) for r in rows)
+
+
+async def test_a_delivered_row_moves_to_history_and_is_not_enqueued_again(
+    db_url: str, conn: asyncpg.Connection, receiver: Receiver
+) -> None:
+    await add_endpoint(conn, receiver.url("/r"))
+    first = await conn.fetchval("SELECT dispatcher_enqueue('t', '{\"a\": 1}'::json, 'once')")
+    await drain(db_url)
+    assert await _where(conn, "once") == [("history", "delivered")]
+    row = await conn.fetchrow("SELECT * FROM webhook_queue WHERE event_id = 'once'")
+    assert row["status"] == "delivered" and row["finished_at"] is not None
+    assert row["payload"] == '{"a": 1}' and row["attempt_count"] == 1
+    # The same event again: its delivery, not a new one (the dedup window).
+    again = await conn.fetchval("SELECT dispatcher_enqueue('t', '{\"a\": 1}'::json, 'once')")
+    assert again == first
+    assert await catalog.enqueue_bulk(conn, [("once", "t", "{}", None)]) == 0
+    await drain(db_url)
+    assert len(receiver.received) == 1
+    assert await _where(conn, "once") == [("history", "delivered")]
+
+
+async def test_a_dead_letter_replayed_comes_back_with_its_id(
+    db_url: str, conn: asyncpg.Connection, receiver: Receiver
+) -> None:
+    await add_endpoint(conn, receiver.url("/r"))
+    (rid,) = await conn.fetchval("SELECT dispatcher_enqueue('t', '{}'::json, 'd1')")
+    # A hand edit through the view: the row moves on its own.
+    await conn.execute("UPDATE webhook_queue SET status = 'dead_letter' WHERE id = $1", rid)
+    assert await _where(conn, "d1") == [("history", "dead_letter")]
+    assert await catalog.replay_ids(conn, [rid]) == 1
+    assert await conn.fetchval("SELECT id FROM webhook_live WHERE event_id = 'd1'") == rid
+    assert await catalog.replay_ids(conn, [rid]) == 0  # live again: nothing to replay
+    await drain(db_url)
+    assert await _where(conn, "d1") == [("history", "delivered")]
+    assert await conn.fetchval(OVERLAP) == 0
+
+
+async def test_writes_through_the_view_are_compare_and_swap(
+    conn: asyncpg.Connection, receiver: Receiver
+) -> None:
+    await add_endpoint(conn, receiver.url("/r"))
+    (rid,) = await conn.fetchval("SELECT dispatcher_enqueue('t', '{}'::json, 'v1')")
+    claim = (
+        "UPDATE webhook_queue SET status = 'in_flight', locked_by = $2"
+        " WHERE id = $1 AND status = 'pending' RETURNING id"
+    )
+    assert await conn.fetchval(claim, rid, "w1") == rid
+    assert await conn.fetchval(claim, rid, "w2") is None
+    # Final, then edited back to live: it returns to webhook_live.
+    await conn.execute("UPDATE webhook_queue SET status = 'cancelled' WHERE id = $1", rid)
+    assert await _where(conn, "v1") == [("history", "cancelled")]
+    await conn.execute(
+        "UPDATE webhook_queue SET status = 'pending', locked_by = NULL WHERE id = $1", rid
+    )
+    assert await _where(conn, "v1") == [("live", "pending")]
+    row = await conn.fetchrow(
+        "SELECT payload::text, finished_at FROM webhook_queue WHERE id = $1", rid
+    )
+    assert tuple(row) == ("{}", None)
+    await conn.execute(
+        "INSERT INTO webhook_queue (endpoint_id, event_id, event_type, payload, status)"
+        " SELECT endpoint_id, 'v2', 't', '{}', 'delivered' FROM webhook_live LIMIT 1"
+    )
+    assert await _where(conn, "v2") == [("history", "delivered")]
+    assert await conn.execute("DELETE FROM webhook_queue WHERE event_id IN ('v1', 'v2')") == (
+        "DELETE 2"
+    )
+    assert await conn.fetchval("SELECT count(*) FROM webhook_queue") == 0
+
+
+async def test_retention_drops_whole_partitions(
+    conn: asyncpg.Connection, receiver: Receiver
+) -> None:
+    await add_endpoint(conn, receiver.url("/r"))
+    ids = await catalog.enqueue_bulk(conn, [(f"r{i}", "t", "{}", None) for i in range(3)])
+    assert ids == 3
+    await conn.execute(
+        "SELECT dispatcher_day_partitions('webhook_history_delivered', 0, NULL, 86400,"
+        " now() - interval '9 days')"
+    )
+    old_leaf = "webhook_history_delivered_p" + await conn.fetchval(
+        "SELECT to_char((now() - interval '9 days') AT TIME ZONE 'UTC', 'YYYYMMDD')"
+    )
+    assert await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", old_leaf)
+    await conn.execute(
+        "UPDATE webhook_queue SET status = 'delivered', delivered_at = now() - CASE event_id"
+        " WHEN 'r0' THEN interval '9 days' WHEN 'r1' THEN interval '1 minute' END"
+        " WHERE event_id IN ('r0', 'r1')"
+    )
+    assert await conn.fetchval("SELECT tableoid::regclass::text FROM webhook_history"
+                               " WHERE event_id = 'r0'") == old_leaf  # fmt: skip
+    assert await store.maintain(conn, 86400.0, Retention()) is True
+    assert await conn.fetchval("SELECT to_regclass($1)", old_leaf) is None
+    kept = await conn.fetch("SELECT event_id, status FROM webhook_queue ORDER BY event_id")
+    assert [tuple(r) for r in kept] == [("r1", "delivered"), ("r2", "pending")]
+
+
+async def _release_025(conn: asyncpg.Connection) -> None:
+    """The previous release: tables as schema 025 left them, its functions."""
+    await build_release(conn, 25)
+    with tarfile.open(FUNCTIONS_025) as tar:
+        files = sorted(
+            (m.name, tar.extractfile(m).read().decode())  # type: ignore[union-attr]
+            for m in tar.getmembers() if m.isfile() and m.name.endswith(".sql")
+        )  # fmt: skip
+    # As its migrate applied them: stale overloads of 019's dropped.
+    await conn.execute(
+        "CREATE TABLE dispatcher_repeatables (name text PRIMARY KEY, checksum text NOT NULL,"
+        " applied_at timestamptz NOT NULL DEFAULT now())"
+    )
+    await apply_repeatables(conn, files)
+    for parent in ("endpoint_latency", "event_payloads"):  # its migrate made the days
+        await conn.execute("SELECT dispatcher_day_partitions($1, 3, NULL)", parent)
+
+
+async def test_an_upgrade_under_live_traffic_loses_nothing_and_sends_nothing_twice(
+    empty_db_url: str, receiver: Receiver
+) -> None:
+    conn = await asyncpg.connect(empty_db_url)
+    try:
+        await _release_025(conn)
+        for i in range(2):
+            await conn.execute(
+                "INSERT INTO endpoints (url, secret) VALUES ($1, $2)",
+                receiver.url(f"/e{i}"),
+                SECRET,
+            )
+        # The history the previous release kept in its one table: final rows
+        # of every status and age (some past retention), and a backlog.
+        await conn.execute(
+            "INSERT INTO webhook_live (endpoint_id, event_id, event_type, payload, status,"
+            " attempt_count, created_at, updated_at, delivered_at)"
+            " SELECT e.id, 'legacy-' || s.status || '-' || g, 't', '{}', s.status, 1,"
+            "        now() - s.age, now() - s.age,"
+            "        CASE WHEN s.status = 'delivered' THEN now() - s.age END"
+            " FROM endpoints e, generate_series(1, 150) g,"
+            "      (VALUES ('delivered', interval '2 days'), ('delivered', interval '10 days'),"
+            "              ('dead_letter', interval '5 days'), ('cancelled', interval '1 hour'))"
+            "          AS s(status, age)"
+            " ON CONFLICT DO NOTHING"
+        )
+        kept_before = await conn.fetch(
+            "SELECT id, event_id, endpoint_id, status FROM webhook_live"
+            " WHERE status <> 'delivered' OR delivered_at > now() - interval '7 days' ORDER BY id"
+        )
+        await conn.execute(
+            "INSERT INTO webhook_live (endpoint_id, event_id, event_type, payload)"
+            " SELECT e.id, 'backlog-' || g, 't', '{}' FROM endpoints e, generate_series(1, 100) g"
+        )
+        legacy_final = [r["event_id"] for r in kept_before]
+    finally:
+        await conn.close()
+
+    stop = asyncio.Event()
+    errors: list[BaseException] = []
+    enqueued: list[str] = []
+
+    async def produce(k: int) -> None:
+        c = await asyncpg.connect(empty_db_url)
+        try:
+            for i in itertools.count():
+                if stop.is_set():
+                    return
+                event_id = f"p{k}-{i}"
+                try:
+                    async with c.transaction():
+                        await c.fetchval("SELECT dispatcher_enqueue('t', '{}'::json, $1)", event_id)
+                        # Repeats: of a row just enqueued, and of a legacy final one.
+                        await c.fetchval("SELECT dispatcher_enqueue('t', '{}'::json, $1)", event_id)
+                        await c.fetchval(
+                            "SELECT dispatcher_enqueue('t', '{}'::json, $1)",
+                            legacy_final[(i * 7 + k) % len(legacy_final)],
+                        )
+                    enqueued.append(event_id)
+                except Exception as exc:  # every one is counted: none may happen
+                    errors.append(exc)
+                await asyncio.sleep(0.002)
+        finally:
+            await c.close()
+
+    async def backfill() -> None:
+        c = await asyncpg.connect(empty_db_url)
+        try:
+            while not await store.backfill_history(c, Retention(), batch=40, max_batches=1):
+                await asyncio.sleep(0.01)
+        finally:
+            await c.close()
+
+    producers = [asyncio.create_task(produce(k)) for k in range(3)]
+    await asyncio.sleep(0.3)
+    conn = await asyncpg.connect(empty_db_url)
+    try:
+        await db.migrate(conn)  # mid-flight
+        await asyncio.gather(backfill(), drain(empty_db_url, timeout=60))
+        await asyncio.sleep(0.3)
+        stop.set()
+        await asyncio.gather(*producers)
+        await drain(empty_db_url, timeout=60)
+
+        assert [f"{e!r}: {getattr(e, 'detail', '')}" for e in errors] == []
+        assert len(enqueued) > 20
+        sent = [(r.path, r.headers["webhook-id"]) for r in receiver.received]
+        assert len(sent) == len(set(sent)), "a delivery was sent twice"
+        by_event = {h for _, h in sent}
+        expected = {*enqueued, *(f"backlog-{g}" for g in range(1, 101))}
+        assert by_event == expected  # nothing lost, no legacy final row sent again
+        assert len(sent) == 2 * len(expected)
+        assert await conn.fetchval(OVERLAP) == 0
+        assert await conn.fetchval(FINAL_IN_LIVE) == 0
+        assert await conn.fetchval(
+            "SELECT done_at IS NOT NULL FROM dispatcher_history_backfill"
+        )  # fmt: skip
+        after = await conn.fetch(
+            "SELECT id, event_id, endpoint_id, status FROM webhook_history"
+            " WHERE event_id LIKE 'legacy-%' ORDER BY id"
+        )
+        assert [tuple(r) for r in after] == [tuple(r) for r in kept_before]
+        assert await db.migrate(conn) == []  # a second migrate: nothing to do
+    finally:
+        await conn.close()
