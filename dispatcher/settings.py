@@ -362,10 +362,10 @@ ENVIRONMENT: tuple[Variable, ...] = (
     *(Variable(name, text, default) for name, text, default in RETENTION_HELP),
     Variable(
         "DISPATCHER_DEDUP_WINDOW_S",
-        "enqueueing an event id again for the same endpoint creates nothing at least this long;"
-        " it goes on holding while the first delivery's row is kept (its retention above), and"
-        " once that row is deleted the id is new again. `run` warns when a retention of final"
-        " rows is shorter",
+        "enqueueing an event id again for the same endpoint creates nothing while its delivery"
+        " is still to be made and for this long after it became final (seconds); after that the"
+        " id is new again, as Svix's `eventId`. The workers store it in the database, where the"
+        " SQL enqueue reads it. `run` warns when a retention of final rows is shorter",
         "86400 (24 h, as Svix's `eventId`)",
     ),
     Variable(

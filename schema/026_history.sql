@@ -85,6 +85,12 @@ CREATE TABLE dispatcher_history_backfill (
 INSERT INTO dispatcher_history_backfill (upto, done_at)
 SELECT coalesce(max(id), 0), CASE WHEN max(id) IS NULL THEN now() END FROM webhook_live;
 
+-- How long an event id stays taken against history (DISPATCHER_DEDUP_WINDOW_S,
+-- written by the workers' maintenance): the enqueue functions read it here,
+-- whoever's connection calls them.
+ALTER TABLE dispatcher_settings ADD COLUMN dedup_window_s float8 NOT NULL DEFAULT 86400
+    CHECK (dedup_window_s > 0);
+
 -- A queue's table: its dead versions are vacuumed long before they count
 -- for a fifth of it (the default), since every claim updates its rows.
 ALTER TABLE webhook_live SET (autovacuum_vacuum_scale_factor = 0.01,

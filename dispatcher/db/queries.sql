@@ -360,10 +360,12 @@ WITH target AS MATERIALIZED (
              -- No channels on a line: endpoints listening to channels only skip it.
              AND e.channels IS NULL
         ELSE e.id = s.endpoint_id END
-    -- Already final for that endpoint (schema 026: in history, out of
-    -- reach of webhook_live's unique index): nothing new.
+    -- Already final for that endpoint within the dedup window (schema
+    -- 026: in history, out of reach of webhook_live's unique index):
+    -- nothing new.
     WHERE NOT EXISTS (SELECT 1 FROM webhook_history h
-                      WHERE h.event_id = s.event_id AND h.endpoint_id = e.id)
+                      WHERE h.event_id = s.event_id AND h.endpoint_id = e.id
+                        AND h.finished_at > dispatcher_dedup_since())
 ), shared AS MATERIALIZED (
     SELECT line, nextval('event_payloads_id_seq') AS payload_id
     FROM target GROUP BY line HAVING count(*) > 1
@@ -651,6 +653,13 @@ SELECT dispatcher_revive(ARRAY(
       AND ($3::timestamptz IS NULL OR q.updated_at < $3)
     ORDER BY q.updated_at, q.id
     LIMIT $4), '{dead_letter}', false) AS id;
+
+-- name: set_dedup_window
+-- The workers' DISPATCHER_DEDUP_WINDOW_S, where the enqueue functions read
+-- it (schema 026); written only when it changed.
+INSERT INTO dispatcher_settings (dedup_window_s) VALUES ($1)
+ON CONFLICT (one_row) DO UPDATE SET dedup_window_s = excluded.dedup_window_s
+WHERE dispatcher_settings.dedup_window_s IS DISTINCT FROM excluded.dedup_window_s;
 
 -- name: backfill_history
 -- One step of the move of the rows final before schema 026 into history

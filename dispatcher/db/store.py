@@ -330,12 +330,16 @@ async def maintain(
     window_s: float,
     retention: Retention | None = None,
     *,
+    dedup_window_s: float | None = None,
     batch: int = 10_000,
     max_batches: int = 20,
 ) -> bool | None:
     """Percentiles and pruning, by one worker at a time (an advisory lock):
     every growing table past its retention (settings.Retention; None: the
     defaults).
+
+    `dedup_window_s`: the workers' DISPATCHER_DEDUP_WINDOW_S, stored where
+    the enqueue functions read it (None: left as it is).
 
     Returns whether it got to the end of what there was to remove and to
     move (False: a batch limit stopped it, the next round goes on; None:
@@ -352,6 +356,8 @@ async def maintain(
         await conn.execute(Q["roll_up_hours"])
         await latency.refresh_percentiles(conn, window_s)
         await conn.execute(Q["prune_secrets"])
+        if dedup_window_s is not None:
+            await conn.execute(Q["set_dedup_window"], dedup_window_s)
         await conn.execute(Q["expire_held"], batch)
         if (delivered_s := kept(keep.delivered_s)) is not None:
             await conn.execute(Q["expire_unread_polls"], delivered_s, batch)

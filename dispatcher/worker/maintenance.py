@@ -45,7 +45,9 @@ class Maintenance:
     async def once(self) -> None:
         s = self._settings
         async with self._connection() as conn:
-            await store.maintain(conn, s.latency_window_s, s.retention)
+            await store.maintain(
+                conn, s.latency_window_s, s.retention, dedup_window_s=s.dedup_window_s
+            )
             due = [h for h in await store.table_health(conn) if vacuum_due(h)]
         if due and self._url is not None:
             await self.vacuum(due)

@@ -13,6 +13,27 @@ LANGUAGE sql IMMUTABLE AS $$
                 WHEN p_status IN ('dead_letter', 'cancelled') THEN p_updated_at END
 $$;
 
+-- The dedup window (schema 026): how far back history is asked whether an
+-- event id is taken. Read once per statement (STABLE), so a probe of
+-- history prunes to the partitions of that span.
+CREATE OR REPLACE FUNCTION dispatcher_dedup_since() RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    SELECT now() - make_interval(secs => coalesce(
+        (SELECT dedup_window_s FROM dispatcher_settings), 86400))
+$$;
+
+-- The deliveries an event id has taken: live, or final within the dedup
+-- window. What enqueue asks before and after it inserts (queue.sql). A
+-- plain SQL function: inlined into the caller's statement.
+CREATE OR REPLACE FUNCTION dispatcher_event_rows(p_event_id text)
+RETURNS TABLE (id bigint, endpoint_id bigint)
+LANGUAGE sql STABLE AS $$
+    SELECT w.id, w.endpoint_id FROM webhook_live w WHERE w.event_id = p_event_id
+    UNION ALL
+    SELECT h.id, h.endpoint_id FROM webhook_history h
+    WHERE h.event_id = p_event_id AND h.finished_at > dispatcher_dedup_since()
+$$;
+
 -- The final rows among p_ids, moved from webhook_live into history in one
 -- statement (DELETE ... RETURNING into INSERT: a row is in one place at
 -- every instant, and a claim that waited on it finds nothing). Returns

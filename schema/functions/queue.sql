@@ -115,8 +115,8 @@ BEGIN
         SELECT p_payload
         WHERE dispatcher_enqueue_app.payload_id IS NULL AND (SELECT count(*) FROM target) > 1
           AND NOT (p_event_id IS NOT NULL AND EXISTS (
-                SELECT 1 FROM webhook_queue q JOIN target t ON t.id = q.endpoint_id
-                WHERE q.event_id = v_event_id))
+                SELECT 1 FROM dispatcher_event_rows(v_event_id) q
+                JOIN target t ON t.id = q.endpoint_id))
         RETURNING id, created_at
     ), ref AS (
         SELECT id, created_at FROM stored
@@ -138,25 +138,27 @@ BEGIN
            (SELECT count(*) FROM target),
            count(*) = (SELECT count(*) FROM target)
            AND NOT (p_event_id IS NOT NULL
-                    AND EXISTS (SELECT 1 FROM webhook_queue q
+                    AND EXISTS (SELECT 1 FROM dispatcher_event_rows(v_event_id) q
                                 JOIN endpoints o ON o.id = q.endpoint_id
-                                WHERE q.event_id = v_event_id AND o.application_id = p_app
+                                WHERE o.application_id = p_app
                                   AND o.kind = 'webhook'))
     INTO v_ids, v_targets, v_new
     FROM ins;
-    -- The same event for the same endpoint, already final (schema 026: in
-    -- history, out of reach of webhook_live's unique index): the rows just
-    -- inserted for it go again, unseen. A statement of its own, so its
-    -- snapshot includes a move to history that committed while the INSERT
-    -- above waited on the row being moved (READ COMMITTED; at REPEATABLE
-    -- READ that instant can let a duplicate through: docs/guide). A
-    -- generated id cannot repeat.
+    -- The same event for the same endpoint, final within the dedup window
+    -- (schema 026: in history, out of reach of webhook_live's unique
+    -- index): the rows just inserted for it go again, unseen. A statement
+    -- of its own, so its snapshot includes a move to history that
+    -- committed while the INSERT above waited on the row being moved (READ
+    -- COMMITTED; at REPEATABLE READ that instant can let a duplicate
+    -- through: docs/operations/production.md). A generated id cannot
+    -- repeat.
     IF p_event_id IS NOT NULL AND cardinality(v_ids) > 0 THEN
         WITH dup AS (
             DELETE FROM webhook_live w
             WHERE w.id = ANY (v_ids)
               AND EXISTS (SELECT 1 FROM webhook_history h
-                          WHERE h.event_id = v_event_id AND h.endpoint_id = w.endpoint_id)
+                          WHERE h.event_id = v_event_id AND h.endpoint_id = w.endpoint_id
+                            AND h.finished_at > dispatcher_dedup_since())
             RETURNING w.id
         )
         SELECT coalesce(array_agg(id), '{}') INTO v_dups FROM dup;
@@ -189,9 +191,8 @@ BEGIN
         RETURN v_ids;
     END IF;
     SELECT coalesce(array_agg(q.id ORDER BY q.id), '{}') INTO v_ids
-    FROM webhook_queue q JOIN endpoints e ON e.id = q.endpoint_id
-    WHERE q.event_id = v_event_id
-      AND e.deleted_at IS NULL AND e.application_id = p_app AND e.kind = 'webhook'
+    FROM dispatcher_event_rows(v_event_id) q JOIN endpoints e ON e.id = q.endpoint_id
+    WHERE e.deleted_at IS NULL AND e.application_id = p_app AND e.kind = 'webhook'
       AND CASE WHEN p_endpoint_id IS NULL
                THEN e.event_types @> ARRAY[p_event_type] OR e.event_types @> '{*}'
                ELSE e.id = p_endpoint_id END;

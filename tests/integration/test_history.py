@@ -61,6 +61,28 @@ async def test_a_delivered_row_moves_to_history_and_is_not_enqueued_again(
     assert await _where(conn, "once") == [("history", "delivered")]
 
 
+async def test_after_the_dedup_window_the_event_id_is_new_again(
+    db_url: str, conn: asyncpg.Connection, receiver: Receiver
+) -> None:
+    await add_endpoint(conn, receiver.url("/r"))
+    await store.maintain(conn, 86400.0, dedup_window_s=3600.0)
+    assert await conn.fetchval("SELECT dedup_window_s FROM dispatcher_settings") == 3600.0
+    (first,) = await conn.fetchval("SELECT dispatcher_enqueue('t', '{}'::json, 'w1')")
+    await drain(db_url)
+    # Final 30 minutes ago: inside the window. Two hours ago: past it.
+    enqueue = "SELECT dispatcher_enqueue('t', '{}'::json, 'w1')"
+    for ago, again in (("30 minutes", [first]), ("2 hours", None)):
+        await conn.execute(
+            "UPDATE webhook_queue SET delivered_at = now() - $1::text::interval,"
+            " updated_at = now() - $1::text::interval WHERE id = $2",
+            ago,
+            first,
+        )
+        ids = await conn.fetchval(enqueue)
+        assert ids == again if again is not None else ids != [first]
+    assert await conn.fetchval("SELECT count(*) FROM webhook_queue WHERE event_id = 'w1'") == 2
+
+
 async def test_a_dead_letter_replayed_comes_back_with_its_id(
     db_url: str, conn: asyncpg.Connection, receiver: Receiver
 ) -> None:
@@ -168,7 +190,8 @@ async def test_an_upgrade_under_live_traffic_loses_nothing_and_sends_nothing_twi
                 SECRET,
             )
         # The history the previous release kept in its one table: final rows
-        # of every status and age (some past retention), and a backlog.
+        # of every status, within the dedup window or past the retention,
+        # and a backlog.
         await conn.execute(
             "INSERT INTO webhook_live (endpoint_id, event_id, event_type, payload, status,"
             " attempt_count, created_at, updated_at, delivered_at)"
@@ -176,8 +199,8 @@ async def test_an_upgrade_under_live_traffic_loses_nothing_and_sends_nothing_twi
             "        now() - s.age, now() - s.age,"
             "        CASE WHEN s.status = 'delivered' THEN now() - s.age END"
             " FROM endpoints e, generate_series(1, 150) g,"
-            "      (VALUES ('delivered', interval '2 days'), ('delivered', interval '10 days'),"
-            "              ('dead_letter', interval '5 days'), ('cancelled', interval '1 hour'))"
+            "      (VALUES ('delivered', interval '2 hours'), ('delivered', interval '10 days'),"
+            "              ('dead_letter', interval '5 hours'), ('cancelled', interval '1 hour'))"
             "          AS s(status, age)"
             " ON CONFLICT DO NOTHING"
         )
