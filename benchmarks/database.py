@@ -114,6 +114,19 @@ async def db_counters(admin_url: str, name: str) -> dict[str, int] | None:
     return None if row is None else {k: int(row[k] or 0) for k in DB_COUNTERS}
 
 
+async def wal_position(admin_url: str) -> int | None:
+    """Bytes of WAL the server has written so far (the whole server's: on
+    a quiet machine, the bench database's writes and their autovacuum)."""
+    conn = await connect_any(admin_url, timeout=10)
+    try:
+        n = await conn.fetchval("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
+    except asyncpg.PostgresError:  # a standby, or no permission
+        return None
+    finally:
+        await conn.close()
+    return int(n)
+
+
 async def add_endpoints(
     url: str,
     env: Mapping[str, str],

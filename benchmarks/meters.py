@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .database import DB_COUNTERS, db_counters
+from .database import DB_COUNTERS, db_counters, wal_position
 from .processes import REPO_ROOT, ChildResult, engine_stats, last_line
 from .receiver_control import Receiver
 
@@ -166,9 +166,11 @@ class Meter:
         self.receivers = list(receivers)
         self.pg = PgCpu(db_name)
         self.started = False
+        self.wal0: int | None = None
 
     async def start(self) -> None:
         self.counters0 = await db_counters(self.admin_url, self.db_name)
+        self.wal0 = await wal_position(self.admin_url)
         self.busy0 = cpu_busy()
         self.rcv0 = [process_cpu_s(r.pid) for r in self.receivers]
         self.pg.sample()
@@ -182,6 +184,7 @@ class Meter:
         self.pg.sample()
         rcv1 = [process_cpu_s(r.pid) for r in self.receivers]
         counters1 = await db_counters(self.admin_url, self.db_name)
+        wal1 = await wal_position(self.admin_url)
         rcv: float | None = 0.0
         for x, y in zip(self.rcv0, rcv1, strict=True):
             rcv = None if rcv is None or x is None or y is None else rcv + y - x
@@ -191,6 +194,7 @@ class Meter:
             if self.busy0 is None or busy1 is None
             else busy1 - self.busy0,
             "receiver_cpu_s": rcv,
+            "wal_bytes": None if self.wal0 is None or wal1 is None else wal1 - self.wal0,
             "postgres_cpu_s": pg[0] if pg else None,
             "postgres_bench_db_cpu_s": pg[1] if pg else None,
             "db_counters": (
@@ -254,6 +258,7 @@ def phase_metrics(
         "machine_busy_cpu_s": r4(busy),
         "unattributed_cpu_s": r4(foreign),
         "db_counters": counters,
+        "wal_bytes_per_1000": r4(meter["wal_bytes"], per_k),
         # xact_commit counts one per autocommitted statement or transaction.
         "db_xacts_per_1000": (
             round(counters["xact_commit"] * per_k, 1) if counters and per_k else None

@@ -8,7 +8,8 @@
   samples over the last 24 h plus a tenth as many older, 50 endpoints, and
   2,000 rows pending. Only columns every schema since 013 has, so that an
   older release's code can fill them and this one's `migrate` them.
-- `migrate`: `db.migrate` on both (the upgrade, timed).
+- `migrate`: `db.migrate` on both (the upgrade, timed), then, from schema
+  026 on, the move of the final rows into history to its end (timed).
 - `time`: each read an operator, the console or the portal makes, median
   of five after one warm-up, on both databases; and one maintenance round.
 
@@ -34,6 +35,7 @@ from dispatcher import db
 from dispatcher.db import store
 from dispatcher.db.embedded import with_database
 from dispatcher.ops import reports
+from dispatcher.settings import Retention
 
 ENDPOINTS = 50
 PENDING = 2000
@@ -158,6 +160,15 @@ async def main(argv: list[str]) -> int:
                         "applied": applied,
                         "s": round(time.perf_counter() - t0, 2),
                     }
+                    if hasattr(store, "backfill_history"):
+                        # Schema 026: the rows final before it move to
+                        # history, 5,000 ids a transaction, to the end.
+                        t0 = time.perf_counter()
+                        await store.backfill_history(conn, Retention())
+                        report[f"backfill_{kind}_s"] = round(time.perf_counter() - t0, 1)
+                        report[f"history_{kind}_rows"] = await conn.fetchval(
+                            "SELECT count(*) FROM webhook_history"
+                        )
                 if "time" in phases:
                     report[kind] = await _time(conn, a.repeat)
             finally:

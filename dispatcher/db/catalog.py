@@ -10,7 +10,7 @@ renders nothing (the entry points do).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import asyncpg
@@ -425,8 +425,16 @@ async def queue_gauges(conn: Conn) -> QueueGauges:
     return _one(QueueGauges, await conn.fetchrow(Q["metrics_view"]))
 
 
+# How far this clock may be from the database's: the timeline's bound on
+# history (by the caller's clock) is that much wider than its span.
+CLOCK_MARGIN_S = 300.0
+
+
 async def timeline(conn: Conn, span_s: float, bucket_s: float) -> list[TimelinePoint]:
-    return _typed(TimelinePoint, await conn.fetch(Q["timeline"], span_s, bucket_s))
+    # A value the planner can read (the query's exact bounds are on the
+    # database's clock): history's partitions of the span, by their index.
+    since = datetime.now(UTC) - timedelta(seconds=span_s + CLOCK_MARGIN_S)
+    return _typed(TimelinePoint, await conn.fetch(Q["timeline"], span_s, bucket_s, since))
 
 
 async def status_counts(conn: Conn) -> dict[str, int]:

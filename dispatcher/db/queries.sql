@@ -873,22 +873,45 @@ RETURNING *;
 
 -- name: timeline
 -- Enqueued and finished (delivered / dead) per bucket over the last $1::float8
--- seconds: each a range of an index by time (BRIN on created_at and on
--- delivered_at, the dead letters' newest-first index, schema 021), so its
--- cost follows the span's traffic, not the history's.
-WITH buckets AS (
+-- seconds: each a range of an index by time, so its cost follows the
+-- span's traffic, not the history's. History (schema 026) by its
+-- partition key, finished_at (at or after creation: the span's partitions
+-- only); webhook_live by its BRIN on created_at, and for the rows final
+-- before 026 not yet moved, its delivered and dead-letter indexes (021).
+-- $3: the span's start by the caller's clock less a margin, a bound the
+-- planner can read; with the exact bounds alone (on now(), unknown when
+-- planning) it estimated a third of every partition, scanned today's
+-- whole and spent seconds compiling the plan with JIT.
+WITH span AS MATERIALIZED (
+    SELECT now() - make_interval(secs => $1::float8) AS since
+), buckets AS (
     SELECT generate_series(0, ($1::float8 / $2::float8)::int - 1) AS i
 ), created AS (
-    SELECT floor(extract(epoch FROM now() - created_at) / $2::float8)::int AS i, count(*) AS n
-    FROM webhook_queue WHERE created_at > now() - make_interval(secs => $1::float8) GROUP BY 1
+    SELECT floor(extract(epoch FROM now() - c.at) / $2::float8)::int AS i, count(*) AS n
+    FROM (SELECT created_at AS at FROM webhook_live WHERE created_at > $3::timestamptz
+          UNION ALL
+          SELECT created_at FROM webhook_history
+          WHERE finished_at > $3::timestamptz AND created_at > $3::timestamptz) c
+    WHERE c.at > (SELECT since FROM span)
+    GROUP BY 1
 ), delivered AS (
-    SELECT floor(extract(epoch FROM now() - delivered_at) / $2::float8)::int AS i, count(*) AS n
-    FROM webhook_queue
-    WHERE status = 'delivered' AND delivered_at > now() - make_interval(secs => $1::float8) GROUP BY 1
+    SELECT floor(extract(epoch FROM now() - d.at) / $2::float8)::int AS i, count(*) AS n
+    FROM (SELECT delivered_at AS at FROM webhook_live
+          WHERE status = 'delivered' AND delivered_at > $3::timestamptz
+          UNION ALL
+          SELECT finished_at FROM webhook_history_delivered
+          WHERE finished_at > $3::timestamptz) d
+    WHERE d.at > (SELECT since FROM span)
+    GROUP BY 1
 ), dead AS (
-    SELECT floor(extract(epoch FROM now() - updated_at) / $2::float8)::int AS i, count(*) AS n
-    FROM webhook_queue
-    WHERE status = 'dead_letter' AND updated_at > now() - make_interval(secs => $1::float8) GROUP BY 1
+    SELECT floor(extract(epoch FROM now() - d.at) / $2::float8)::int AS i, count(*) AS n
+    FROM (SELECT updated_at AS at FROM webhook_live
+          WHERE status = 'dead_letter' AND updated_at > $3::timestamptz
+          UNION ALL
+          SELECT finished_at FROM webhook_history_dead
+          WHERE finished_at > $3::timestamptz) d
+    WHERE d.at > (SELECT since FROM span)
+    GROUP BY 1
 )
 SELECT b.i AS ago, coalesce(c.n, 0) AS enqueued, coalesce(d.n, 0) AS delivered,
        coalesce(x.n, 0) AS dead

@@ -378,7 +378,9 @@ async def maintain(
     for parent, keep_s in partitioned_retention(keep).items():
         width = partition_width_s(keep_s)
         await conn.execute(Q["day_partitions"], parent, partitions_ahead(width), keep_s, width)
-        if keep_s is None:
+        # Payloads go only with their day, after the rows still to be sent
+        # took theirs inline (dispatcher_day_partitions): never row by row.
+        if keep_s is None or parent == "event_payloads":
             continue
         for _ in range(max_batches):
             if await conn.fetchval(Q["prune_partition_rows"], parent, keep_s, width, batch) < batch:
@@ -423,6 +425,12 @@ async def backfill_history(
                 Q["day_partitions_since"], parent, keep_s, partition_width_s(keep_s), row["since"]
             )
         if await conn.fetchval(Q["backfill_history"], batch, *retention.finals()) is None:
+            if n:
+                # Just finished: the planner's figures for the tables it
+                # emptied and filled (the history's new partitions have
+                # none until autovacuum's analyze gets to them).
+                await conn.execute("ANALYZE webhook_live")
+                await conn.execute("ANALYZE webhook_history")
             return True
         n += 1
     return False
