@@ -894,29 +894,24 @@ WITH span AS MATERIALIZED (
           WHERE finished_at > $3::timestamptz AND created_at > $3::timestamptz) c
     WHERE c.at > (SELECT since FROM span)
     GROUP BY 1
-), delivered AS (
-    SELECT floor(extract(epoch FROM now() - d.at) / $2::float8)::int AS i, count(*) AS n
-    FROM (SELECT delivered_at AS at FROM webhook_live
-          WHERE status = 'delivered' AND delivered_at > $3::timestamptz
+), finished AS (
+    SELECT floor(extract(epoch FROM now() - f.at) / $2::float8)::int AS i,
+           count(*) FILTER (WHERE f.status = 'delivered') AS delivered,
+           count(*) FILTER (WHERE f.status = 'dead_letter') AS dead
+    FROM (SELECT status, dispatcher_finished_at(status, delivered_at, updated_at) AS at
+          FROM webhook_live
+          WHERE (status = 'delivered' AND delivered_at > $3::timestamptz)
+             OR (status = 'dead_letter' AND updated_at > $3::timestamptz)
           UNION ALL
-          SELECT finished_at FROM webhook_history_delivered
-          WHERE finished_at > $3::timestamptz) d
-    WHERE d.at > (SELECT since FROM span)
-    GROUP BY 1
-), dead AS (
-    SELECT floor(extract(epoch FROM now() - d.at) / $2::float8)::int AS i, count(*) AS n
-    FROM (SELECT updated_at AS at FROM webhook_live
-          WHERE status = 'dead_letter' AND updated_at > $3::timestamptz
-          UNION ALL
-          SELECT finished_at FROM webhook_history_dead
-          WHERE finished_at > $3::timestamptz) d
-    WHERE d.at > (SELECT since FROM span)
+          SELECT status, finished_at FROM webhook_history
+          WHERE status IN ('delivered', 'dead_letter') AND finished_at > $3::timestamptz) f
+    WHERE f.at > (SELECT since FROM span)
     GROUP BY 1
 )
-SELECT b.i AS ago, coalesce(c.n, 0) AS enqueued, coalesce(d.n, 0) AS delivered,
-       coalesce(x.n, 0) AS dead
+SELECT b.i AS ago, coalesce(c.n, 0) AS enqueued, coalesce(f.delivered, 0) AS delivered,
+       coalesce(f.dead, 0) AS dead
 FROM buckets b
-LEFT JOIN created c USING (i) LEFT JOIN delivered d USING (i) LEFT JOIN dead x USING (i)
+LEFT JOIN created c USING (i) LEFT JOIN finished f USING (i)
 ORDER BY b.i DESC;
 
 -- name: heartbeat
