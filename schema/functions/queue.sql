@@ -115,8 +115,8 @@ BEGIN
         SELECT p_payload
         WHERE dispatcher_enqueue_app.payload_id IS NULL AND (SELECT count(*) FROM target) > 1
           AND NOT (p_event_id IS NOT NULL AND EXISTS (
-                SELECT 1 FROM dispatcher_event_rows(v_event_id) q
-                JOIN target t ON t.id = q.endpoint_id))
+                SELECT 1 FROM webhook_live q JOIN target t ON t.id = q.endpoint_id
+                WHERE q.event_id = v_event_id))
         RETURNING id, created_at
     ), ref AS (
         SELECT id, created_at FROM stored
@@ -138,9 +138,9 @@ BEGIN
            (SELECT count(*) FROM target),
            count(*) = (SELECT count(*) FROM target)
            AND NOT (p_event_id IS NOT NULL
-                    AND EXISTS (SELECT 1 FROM dispatcher_event_rows(v_event_id) q
+                    AND EXISTS (SELECT 1 FROM webhook_live q
                                 JOIN endpoints o ON o.id = q.endpoint_id
-                                WHERE o.application_id = p_app
+                                WHERE q.event_id = v_event_id AND o.application_id = p_app
                                   AND o.kind = 'webhook'))
     INTO v_ids, v_targets, v_new
     FROM ins;
@@ -152,10 +152,19 @@ BEGIN
     -- COMMITTED; at REPEATABLE READ that instant can let a duplicate
     -- through: docs/operations/production.md). A generated id cannot
     -- repeat.
-    IF p_event_id IS NOT NULL AND cardinality(v_ids) > 0 THEN
+    -- The common case, an id history has not seen, costs one probe of
+    -- the window's partitions by event id; the rows are looked at only
+    -- when it has. The main statement above asks webhook_live alone: a
+    -- history twin makes it store a fan-out's payload needlessly (the
+    -- copy goes with its day).
+    IF p_event_id IS NOT NULL AND cardinality(v_ids) > 0
+       AND EXISTS (SELECT 1 FROM webhook_history h
+                   WHERE h.event_id = v_event_id AND h.finished_at > dispatcher_dedup_since())
+    THEN
         WITH dup AS (
             DELETE FROM webhook_live w
-            WHERE w.id = ANY (v_ids)
+            USING unnest(v_ids) AS x(id)
+            WHERE w.id = x.id
               AND EXISTS (SELECT 1 FROM webhook_history h
                           WHERE h.event_id = v_event_id AND h.endpoint_id = w.endpoint_id
                             AND h.finished_at > dispatcher_dedup_since())
