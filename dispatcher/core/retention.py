@@ -45,13 +45,6 @@ class Retention:
         payload = self.kept(self.payload_s)
         return payload is not None and any(s is None or s > payload for s in self.finals())
 
-    def shortest_final(self) -> float | None:
-        """Where the retention walk of the queue may stop: no row younger
-        than this has anything to remove."""
-        payload = self.kept(self.payload_s) if self.payloads_outlive_rows() else None
-        cutoffs = [*self.finals(), payload]
-        return min((s for s in cutoffs if s is not None), default=None)
-
 
 # Partition widths of the time-partitioned tables (schema 023, 025, 026),
 # widest first: each table's is the widest at most a quarter of its

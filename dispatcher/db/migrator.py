@@ -185,8 +185,6 @@ async def migrate(conn: Conn) -> list[str]:
         cut = marked[-1] + 1 if marked and not _ahead(done) else 0
         groups = [pending[:cut]] if cut else []
         groups += [[m] for m in pending[cut:]]
-        applied_since = False
-        grouped: list[str] = []
         for i, group in enumerate(groups):
             async with conn.transaction():
                 for version, name, sql in group:
@@ -201,21 +199,20 @@ async def migrate(conn: Conn) -> list[str]:
                     )
                     applied_now.append(name)
                 if i == 0 and cut:
-                    files = repeatables()
-                    await _apply_repeatables(conn, files)
-                    grouped = [REPEATABLE_PREFIX + name for name, _ in files]
-            # Applied in that transaction, after every migration before:
-            # not again (each application locks what its triggers and
-            # views name, under producers already calling the new code).
-            applied_since = i > 0 or not cut
+                    await _apply_repeatables(conn, repeatables())
         if _ahead(done):
             return applied_now
         files = repeatables()
-        if applied_since or _changed(files, await _stored_checksums(conn)):
+        # Applied in the grouped transaction, after every migration before
+        # it: not again unless one ran after it (each application locks
+        # what its triggers and views name, under producers already calling
+        # the new code).
+        again = len(pending) > cut or _changed(files, await _stored_checksums(conn))
+        if again:
             await _apply_repeatables(conn, files)
+        if again or cut:
             applied_now += [REPEATABLE_PREFIX + name for name, _ in files]
-        else:
-            applied_now += grouped
+
         # The days (schema 023, 025, 026), so a fresh database's first
         # attempts, payloads and final rows land in their day; maintenance
         # keeps them coming.

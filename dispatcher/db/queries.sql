@@ -560,10 +560,11 @@ DELETE FROM endpoint_hours
 WHERE hour < now() - make_interval(secs => $1::float8 + 3600);
 
 -- name: day_partitions
--- The partitions of a time-partitioned table ($1) from now to $2 ahead,
--- $4 s wide, made; those past its retention ($3 s; NULL keeps them)
--- dropped (schema/functions/partitions.sql).
-SELECT created, dropped FROM dispatcher_day_partitions($1, $2, $3, $4);
+-- The partitions of a time-partitioned table ($1), $4 s wide, from the one
+-- holding $5 (NULL: now; the upgrade's backfill passes its rows' earliest)
+-- to $2 ahead, made; those past its retention ($3 s; NULL keeps them)
+-- dropped, and none made (schema/functions/partitions.sql).
+SELECT created, dropped FROM dispatcher_day_partitions($1, $2, $3, $4, $5);
 
 -- name: day_partitions_since
 -- The partitions of $1 ($3 s wide) from the one holding $4 to now, but none

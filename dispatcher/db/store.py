@@ -377,7 +377,9 @@ async def maintain(
     # retention now asks for).
     for parent, keep_s in partitioned_retention(keep).items():
         width = partition_width_s(keep_s)
-        await conn.execute(Q["day_partitions"], parent, partitions_ahead(width), keep_s, width)
+        await conn.execute(
+            Q["day_partitions"], parent, partitions_ahead(width), keep_s, width, None
+        )
         # Payloads go only with their day, after the rows still to be sent
         # took theirs inline (dispatcher_day_partitions): never row by row.
         if keep_s is None or parent == "event_payloads":
@@ -393,8 +395,9 @@ async def maintain(
     return await backfill_history(conn, keep, batch, max_batches) and finished
 
 
-# The final statuses, in the order of HISTORY_PARTITIONED and Retention.finals.
-FINAL_STATUSES = ("delivered", "dead_letter", "cancelled")
+# Each final status's history (HISTORY_PARTITIONED is in the order of
+# Retention.finals: delivered, dead, cancelled).
+HISTORY_OF = dict(zip(("delivered", "dead_letter", "cancelled"), HISTORY_PARTITIONED, strict=True))
 
 
 def partitioned_retention(keep: Retention) -> dict[str, float | None]:
@@ -413,16 +416,15 @@ async def backfill_history(
     """Moves the rows that were final before schema 026 from webhook_live to
     history (past their retention: deleted), up to max_batches short
     transactions (None: to the end). Returns whether the move is done."""
-    keep = dict(
-        zip(FINAL_STATUSES, zip(HISTORY_PARTITIONED, retention.finals(), strict=True), strict=True)
-    )
+    kept = partitioned_retention(retention)
     n = 0
     while max_batches is None or n < max_batches:
         # The partitions first, each in its own short transaction.
         for row in await conn.fetch(Q["backfill_days"], batch):
-            parent, keep_s = keep[row["status"]]
+            parent = HISTORY_OF[row["status"]]
+            keep_s = kept[parent]
             await conn.execute(
-                Q["day_partitions_since"], parent, keep_s, partition_width_s(keep_s), row["since"]
+                Q["day_partitions"], parent, 0, keep_s, partition_width_s(keep_s), row["since"]
             )
         if await conn.fetchval(Q["backfill_history"], batch, *retention.finals()) is None:
             if n:

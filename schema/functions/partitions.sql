@@ -5,6 +5,30 @@
 -- edited in place: `dispatcher migrate` re-applies this file when its
 -- text changes (CONTRIBUTING.md, "Changing the schema").
 
+-- p_parent's own partition key, so no caller can name another column.
+CREATE OR REPLACE FUNCTION dispatcher_partition_key(p_parent text) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT a.attname::text FROM pg_partitioned_table pt
+    JOIN pg_attribute a ON a.attrelid = pt.partrelid AND a.attnum = pt.partattrs[0]
+    WHERE pt.partrelid = p_parent::regclass
+$$;
+
+-- p_parent's partitions and their ranges, read from the catalog: the
+-- default partition's bounds are NULL, and so is a MINVALUE lower bound
+-- (the attempt log's legacy partition, schema 023).
+CREATE OR REPLACE FUNCTION dispatcher_partitions(p_parent text)
+RETURNS TABLE (relname text, is_default boolean, lower_bound timestamptz,
+               upper_bound timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT c.relname::text, pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT',
+           substring(pg_get_expr(c.relpartbound, c.oid) FROM $re$FROM \('([^']+)'\)$re$)
+               ::timestamptz,
+           substring(pg_get_expr(c.relpartbound, c.oid) FROM $re$TO \('([^']+)'\)$re$)
+               ::timestamptz
+    FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+    WHERE i.inhparent = p_parent::regclass
+$$;
+
 -- Makes p_parent's partitions from the one holding p_from (NULL: now) to
 -- p_ahead partitions past the one holding now that are missing, each
 -- p_width_s wide (a day unless a short retention asks for less: see
@@ -33,11 +57,7 @@ DECLARE
     origin timestamptz := '2000-01-01 00:00:00+00';
     first_lo timestamptz := date_bin(width, least(coalesce(p_from, now()), now()), origin);
     last_lo timestamptz := date_bin(width, now(), origin) + width * p_ahead;
-    -- The table's own partition key, so no caller can name another column.
-    p_column text := (SELECT a.attname FROM pg_partitioned_table pt
-                      JOIN pg_attribute a ON a.attrelid = pt.partrelid
-                                         AND a.attnum = pt.partattrs[0]
-                      WHERE pt.partrelid = p_parent::regclass);
+    p_column text := dispatcher_partition_key(p_parent);
     lo timestamptz;
     hi timestamptz;
     part text;
@@ -86,13 +106,7 @@ BEGIN
         RETURN NEXT;
         RETURN;
     END IF;
-    FOR r IN
-        SELECT c.relname,
-               substring(pg_get_expr(c.relpartbound, c.oid) FROM $re$TO \('([^']+)'\)$re$)
-                   ::timestamptz AS upper_bound
-        FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-        WHERE i.inhparent = p_parent::regclass
-    LOOP
+    FOR r IN SELECT * FROM dispatcher_partitions(p_parent) LOOP
         CONTINUE WHEN r.upper_bound IS NULL  -- the default partition
                    OR r.upper_bound > now() - make_interval(secs => p_keep_s);
         BEGIN
@@ -124,25 +138,13 @@ CREATE OR REPLACE FUNCTION dispatcher_prune_partition_rows(
 ) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
-    p_column text := (SELECT a.attname FROM pg_partitioned_table pt
-                      JOIN pg_attribute a ON a.attrelid = pt.partrelid
-                                         AND a.attnum = pt.partattrs[0]
-                      WHERE pt.partrelid = p_parent::regclass);
+    p_column text := dispatcher_partition_key(p_parent);
     cutoff timestamptz := now() - make_interval(secs => p_keep_s);
     total bigint := 0;
     n bigint;
     r record;
 BEGIN
-    FOR r IN
-        SELECT c.relname, c.relispartition,
-               pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT' AS is_default,
-               substring(pg_get_expr(c.relpartbound, c.oid) FROM $re$FROM \('([^']+)'\)$re$)
-                   ::timestamptz AS lower_bound,
-               substring(pg_get_expr(c.relpartbound, c.oid) FROM $re$TO \('([^']+)'\)$re$)
-                   ::timestamptz AS upper_bound
-        FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-        WHERE i.inhparent = p_parent::regclass
-    LOOP
+    FOR r IN SELECT * FROM dispatcher_partitions(p_parent) LOOP
         CONTINUE WHEN NOT r.is_default
                   AND (r.lower_bound IS NULL OR r.lower_bound >= cutoff
                        OR r.upper_bound - r.lower_bound <= make_interval(secs => p_width_s));

@@ -146,16 +146,15 @@ BEGIN
     FROM ins;
     -- The same event for the same endpoint, final within the dedup window
     -- (schema 026: in history, out of reach of webhook_live's unique
-    -- index): the rows just inserted for it go again, unseen. A statement
-    -- of its own, so its snapshot includes a move to history that
+    -- index): the rows just inserted for it go again, unseen. Statements
+    -- of their own, so their snapshot includes a move to history that
     -- committed while the INSERT above waited on the row being moved (READ
     -- COMMITTED; at REPEATABLE READ that instant can let a duplicate
     -- through: docs/operations/production.md). A generated id cannot
-    -- repeat.
-    -- The common case, an id history has not seen, costs one probe of
-    -- the window's partitions by event id; the rows are looked at only
-    -- when it has. The main statement above asks webhook_live alone: a
-    -- history twin makes it store a fan-out's payload needlessly (the
+    -- repeat. The common case, an id history has not seen, costs one probe
+    -- of the window's partitions by event id; the rows are looked at only
+    -- when it finds one. The main statement above asks webhook_live alone:
+    -- a history twin makes it store a fan-out's payload needlessly (the
     -- copy goes with its day).
     IF p_event_id IS NOT NULL AND cardinality(v_ids) > 0
        AND EXISTS (SELECT 1 FROM webhook_history h
