@@ -364,8 +364,9 @@ ENVIRONMENT: tuple[Variable, ...] = (
         "DISPATCHER_DEDUP_WINDOW_S",
         "enqueueing an event id again for the same endpoint creates nothing while its delivery"
         " is still to be made and for this long after it became final (seconds); after that the"
-        " id is new again, as Svix's `eventId`. The workers store it in the database, where the"
-        " SQL enqueue reads it. `run` warns when a retention of final rows is shorter",
+        " id is new again, as Svix's `eventId`. Cut to the shortest retention of final rows"
+        " (`run` warns when it is). The workers store it in the database, where the SQL enqueue"
+        " reads it",
         "86400 (24 h, as Svix's `eventId`)",
     ),
     Variable(

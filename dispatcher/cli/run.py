@@ -152,8 +152,9 @@ def check_admin_token(settings: Settings, bind: str) -> None:
 
 
 def warn_dedup_window(settings: Settings) -> None:
-    """A retention of final rows shorter than the dedup window deletes the
-    rows that make a second enqueue of the same event id a no-op."""
+    """A retention of final rows shorter than the dedup window cuts the
+    window to it (Retention.dedup_window): the rows that make a second
+    enqueue of the same event id a no-op are gone sooner."""
     r, window = settings.retention, settings.dedup_window_s
     short = [
         name for name, s in (("DELIVERED", r.delivered_s), ("DEAD", r.dead_s),
@@ -163,8 +164,8 @@ def warn_dedup_window(settings: Settings) -> None:
         names = ", ".join(f"DISPATCHER_RETENTION_{n}_S" for n in short)
         sys.stderr.write(
             f"dispatcher: warning: {names} shorter than DISPATCHER_DEDUP_WINDOW_S "
-            f"({window:g} s): an event id enqueued again after its rows are deleted is "
-            "delivered again\n"
+            f"({window:g} s): the dedup window is cut to {r.dedup_window(window):g} s; an event"
+            " id enqueued again after that is delivered again\n"
         )
 
 

@@ -38,6 +38,14 @@ class Retention:
         """The queue's final rows' cut-offs: delivered, dead, cancelled."""
         return self.kept(self.delivered_s), self.kept(self.dead_s), self.kept(self.cancelled_s)
 
+    def dedup_window(self, window_s: float) -> float:
+        """How long an event id stays taken after its delivery became final:
+        DISPATCHER_DEDUP_WINDOW_S, cut to the shortest retention of final
+        rows (an id whose row is gone is new again, as it was when history
+        itself was asked; and the window's keys then take no more room
+        than the rows they stand for)."""
+        return min((window_s, *(s for s in self.finals() if s is not None)))
+
     def payloads_outlive_rows(self) -> bool:
         """Whether some final row can outlive its payload's retention: only
         then has maintenance payloads to erase in the queue (by default

@@ -360,12 +360,9 @@ WITH target AS MATERIALIZED (
              -- No channels on a line: endpoints listening to channels only skip it.
              AND e.channels IS NULL
         ELSE e.id = s.endpoint_id END
-    -- Already final for that endpoint within the dedup window (schema
-    -- 026: in history, out of reach of webhook_live's unique index):
-    -- nothing new.
-    WHERE NOT EXISTS (SELECT 1 FROM webhook_history h
-                      WHERE h.event_id = s.event_id AND h.endpoint_id = e.id
-                        AND h.finished_at > dispatcher_dedup_since())
+    -- Already final for that endpoint within the dedup window (in
+    -- history, out of reach of webhook_live's unique index): nothing new.
+    WHERE NOT dispatcher_dedup_taken(s.event_id, e.id)
 ), shared AS MATERIALIZED (
     SELECT line, nextval('event_payloads_id_seq') AS payload_id
     FROM target GROUP BY line HAVING count(*) > 1
@@ -657,15 +654,34 @@ SELECT dispatcher_revive(ARRAY(
 
 -- name: set_dedup_window
 -- The workers' DISPATCHER_DEDUP_WINDOW_S, where the enqueue functions read
--- it (schema 026); written only when it changed.
-INSERT INTO dispatcher_settings (dedup_window_s) VALUES ($1)
-ON CONFLICT (one_row) DO UPDATE SET dedup_window_s = excluded.dedup_window_s
-WHERE dispatcher_settings.dedup_window_s IS DISTINCT FROM excluded.dedup_window_s;
+-- it (schema 026); written only when it changed. The current keys table
+-- (schema 027) remembers the longest window its keys may carry, so that
+-- the rotation waits for them.
+WITH changed AS (
+    INSERT INTO dispatcher_settings (dedup_window_s) VALUES ($1)
+    ON CONFLICT (one_row) DO UPDATE SET dedup_window_s = excluded.dedup_window_s
+    WHERE dispatcher_settings.dedup_window_s IS DISTINCT FROM excluded.dedup_window_s
+    RETURNING dedup_window_s
+)
+UPDATE dispatcher_dedup_slots s SET window_s = c.dedup_window_s
+FROM changed c
+WHERE s.window_s < c.dedup_window_s
+  AND s.slot = (SELECT slot FROM dispatcher_dedup_slots ORDER BY opened_at DESC LIMIT 1);
 
 -- name: backfill_history
 -- One step of the move of the rows final before schema 026 into history
 -- (schema/functions/history.sql); NULL once it is done.
 SELECT dispatcher_backfill_history($1, $2, $3, $4);
+
+-- name: rotate_dedup_keys
+-- The dedup window's oldest leaf emptied and made current when its keys
+-- are past the window (schema/functions/history.sql).
+SELECT dispatcher_rotate_dedup_keys();
+
+-- name: seed_dedup_keys
+-- One step ($1 s of finished_at) of the keys of rows history held before
+-- schema 027; NULL once they are complete.
+SELECT dispatcher_seed_dedup_keys($1);
 
 -- name: backfill_days
 -- The history partitions the next step of the move needs: per final

@@ -339,7 +339,9 @@ async def maintain(
     defaults).
 
     `dedup_window_s`: the workers' DISPATCHER_DEDUP_WINDOW_S, stored where
-    the enqueue functions read it (None: left as it is).
+    the enqueue functions read it, cut to the shortest final retention
+    (Retention.dedup_window; None: left as it is); the window's keys
+    rotated, and those of rows from before schema 027 written.
 
     Returns whether it got to the end of what there was to remove and to
     move (False: a batch limit stopped it, the next round goes on; None:
@@ -357,7 +359,7 @@ async def maintain(
         await latency.refresh_percentiles(conn, window_s)
         await conn.execute(Q["prune_secrets"])
         if dedup_window_s is not None:
-            await conn.execute(Q["set_dedup_window"], dedup_window_s)
+            await conn.execute(Q["set_dedup_window"], keep.dedup_window(dedup_window_s))
         await conn.execute(Q["expire_held"], batch)
         if (delivered_s := kept(keep.delivered_s)) is not None:
             await conn.execute(Q["expire_unread_polls"], delivered_s, batch)
@@ -392,7 +394,9 @@ async def maintain(
     if payload_s is not None and keep.payloads_outlive_rows():
         # Inline payloads of final rows kept longer than payloads are.
         await conn.execute(Q["erase_expired_payloads"], payload_s, batch)
-    return await backfill_history(conn, keep, batch, max_batches) and finished
+    await conn.execute(Q["rotate_dedup_keys"])
+    moved = await backfill_history(conn, keep, batch, max_batches)
+    return await seed_dedup_keys(conn, batch, max_batches) and moved and finished
 
 
 # Each final status's history (HISTORY_PARTITIONED is in the order of
@@ -408,6 +412,27 @@ def partitioned_retention(keep: Retention) -> dict[str, float | None]:
         "event_payloads": kept(keep.payload_s),
         **dict(zip(HISTORY_PARTITIONED, keep.finals(), strict=True)),
     }
+
+
+async def seed_dedup_keys(
+    conn: Conn, batch: int = 10_000, max_batches: int | None = None, step_s: float = 60.0
+) -> bool:
+    """Writes the dedup keys of the rows history held before schema 027,
+    in steps of finished_at sized to about `batch` keys each (a step that
+    wrote far fewer doubles, one that wrote more halves), up to
+    max_batches short transactions (None: to the end). Returns whether the
+    keys are complete."""
+    n = 0
+    while max_batches is None or n < max_batches:
+        wrote = await conn.fetchval(Q["seed_dedup_keys"], step_s)
+        if wrote is None:
+            return True
+        if wrote < batch // 4:
+            step_s = min(step_s * 2, 86_400.0)
+        elif wrote > batch:
+            step_s = max(step_s / 2, 1.0)
+        n += 1
+    return False
 
 
 async def backfill_history(

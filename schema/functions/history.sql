@@ -22,6 +22,153 @@ LANGUAGE sql STABLE AS $$
         (SELECT dedup_window_s FROM dispatcher_settings), 86400))
 $$;
 
+-- The dedup window's keys (schema 027): each row entering history leaves
+-- its (event id, endpoint) and when that expires (finished_at + the
+-- window) in the current one of two small tables, where the enqueue asks
+-- for it (two small indexes, not every leaf of history). A statement
+-- trigger: one insert per flush, whoever wrote the rows (the outcome
+-- write, dispatcher_settle, the backfill, an older release's code); rows
+-- already past the window (the backfill's old ones) leave none.
+CREATE OR REPLACE VIEW dispatcher_dedup_keys AS
+SELECT 0::smallint AS slot, event_id, endpoint_id, expires_at FROM dispatcher_dedup_keys_0
+UNION ALL
+SELECT 1::smallint, event_id, endpoint_id, expires_at FROM dispatcher_dedup_keys_1;
+
+-- The statement that writes the keys of p_source's rows (a relation with
+-- event_id, endpoint_id and finished_at: the trigger's transition table,
+-- or history itself for the seeding below) with finished_at in ($2, $3]
+-- and within the window ($1) into the current table. Text, run by the
+-- caller's EXECUTE: a transition table is visible only in its trigger's
+-- function.
+CREATE OR REPLACE FUNCTION dispatcher_dedup_keys_insert(p_source text) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT format('INSERT INTO %I (event_id, endpoint_id, expires_at)'
+                  ' SELECT event_id, endpoint_id, finished_at + $1 FROM %I'
+                  ' WHERE finished_at > greatest($2, now() - $1) AND finished_at <= $3',
+                  'dispatcher_dedup_keys_'
+                  || (SELECT slot FROM dispatcher_dedup_slots ORDER BY opened_at DESC LIMIT 1),
+                  p_source)
+$$;
+
+-- The window, as an interval.
+CREATE OR REPLACE FUNCTION dispatcher_dedup_window() RETURNS interval
+LANGUAGE sql STABLE AS $$
+    SELECT make_interval(secs => (SELECT dedup_window_s FROM dispatcher_settings))
+$$;
+
+CREATE OR REPLACE FUNCTION dispatcher_history_keys() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE dispatcher_dedup_keys_insert('arrived')
+        USING dispatcher_dedup_window(), '-infinity'::timestamptz, 'infinity'::timestamptz;
+    RETURN NULL;
+END $$;
+
+CREATE OR REPLACE TRIGGER webhook_history_keys AFTER INSERT ON webhook_history
+    REFERENCING NEW TABLE AS arrived
+    FOR EACH STATEMENT EXECUTE FUNCTION dispatcher_history_keys();
+
+-- A row leaving history (a replay, an edit through webhook_queue, a
+-- delete, the default leaves' pruning) takes its key with it: the key
+-- stands for a history row within the window, as history's own probe did.
+-- Not the hot path: the outcome write only inserts.
+CREATE OR REPLACE FUNCTION dispatcher_history_keys_gone() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM dispatcher_dedup_keys_0 k USING gone g
+    WHERE k.event_id = g.event_id AND k.endpoint_id = g.endpoint_id;
+    DELETE FROM dispatcher_dedup_keys_1 k USING gone g
+    WHERE k.event_id = g.event_id AND k.endpoint_id = g.endpoint_id;
+    RETURN NULL;
+END $$;
+
+CREATE OR REPLACE TRIGGER webhook_history_keys_gone AFTER DELETE ON webhook_history
+    REFERENCING OLD TABLE AS gone
+    FOR EACH STATEMENT EXECUTE FUNCTION dispatcher_history_keys_gone();
+
+-- Whether (event, endpoint) became final within the dedup window: its key,
+-- or, until the keys of the rows history held before schema 027 are all
+-- written (dispatcher_seed_dedup_keys), history itself. For statements
+-- that ask once for many pairs (the bulk enqueue, the enqueue's rare
+-- second look); the enqueue's first question, asked by every call, is
+-- written out in dispatcher_enqueue_app, so that history is not even
+-- planned once the keys are complete.
+CREATE OR REPLACE FUNCTION dispatcher_dedup_taken(p_event_id text, p_endpoint_id bigint)
+RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM dispatcher_dedup_keys k
+                   WHERE k.event_id = p_event_id AND k.endpoint_id = p_endpoint_id
+                     AND k.expires_at > now())
+        OR (NOT (SELECT complete FROM dispatcher_dedup_seed)
+            AND EXISTS (SELECT 1 FROM webhook_history h
+                        WHERE h.event_id = p_event_id AND h.endpoint_id = p_endpoint_id
+                          AND h.finished_at > dispatcher_dedup_since()))
+$$;
+
+-- The window kept by whole tables: once the current table has taken keys
+-- for a window, and for as long as the longest window a key in the other
+-- carries, every key there (written before the current one opened) has
+-- expired: that one is emptied (TRUNCATE) and becomes current. A key is kept for one to two
+-- windows; its expires_at keeps the answer exact. Run by the workers'
+-- maintenance; a concurrent run finds the slot row changed and does
+-- nothing; a table a reader holds is left for the next round
+-- (lock_timeout: producers queue behind the TRUNCATE's lock for at most
+-- that). Returns whether it rotated.
+CREATE OR REPLACE FUNCTION dispatcher_rotate_dedup_keys() RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    cur dispatcher_dedup_slots;
+    old dispatcher_dedup_slots;
+BEGIN
+    SELECT * INTO cur FROM dispatcher_dedup_slots ORDER BY opened_at DESC LIMIT 1;
+    SELECT * INTO old FROM dispatcher_dedup_slots WHERE slot <> cur.slot;
+    IF now() < cur.opened_at + greatest(make_interval(secs => old.window_s),
+                                        dispatcher_dedup_window()) THEN
+        RETURN false;
+    END IF;
+    PERFORM set_config('lock_timeout', '200', true);
+    PERFORM 1 FROM dispatcher_dedup_slots
+    WHERE slot = old.slot AND opened_at = old.opened_at FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    EXECUTE format('TRUNCATE %I', 'dispatcher_dedup_keys_' || old.slot);
+    UPDATE dispatcher_dedup_slots
+    SET opened_at = now(), window_s = (SELECT dedup_window_s FROM dispatcher_settings)
+    WHERE slot = old.slot;
+    RETURN true;
+EXCEPTION WHEN lock_not_available THEN
+    RETURN false;
+END $$;
+
+-- One step of the keys of the rows history held before schema 027: those
+-- that became final in the p_step_s seconds after where the last step
+-- stopped (the window's start at first); once the steps pass now, the
+-- keys are complete (every later row brought its own through the trigger)
+-- and the enqueue stops asking history. Returns the keys written, NULL
+-- once complete.
+CREATE OR REPLACE FUNCTION dispatcher_seed_dedup_keys(p_step_s float8) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    s dispatcher_dedup_seed;
+    v_from timestamptz;
+    v_to timestamptz;
+    n integer;
+BEGIN
+    SELECT * INTO s FROM dispatcher_dedup_seed FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND OR s.complete THEN
+        RETURN NULL;
+    END IF;
+    v_from := greatest(coalesce(s.seeded_to, '-infinity'), dispatcher_dedup_since());
+    v_to := CASE WHEN v_from + make_interval(secs => p_step_s) >= now() THEN 'infinity'
+                 ELSE v_from + make_interval(secs => p_step_s) END;
+    EXECUTE dispatcher_dedup_keys_insert('webhook_history')
+        USING dispatcher_dedup_window(), v_from, v_to;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    UPDATE dispatcher_dedup_seed SET seeded_to = v_to, complete = (v_to = 'infinity');
+    RETURN n;
+END $$;
+
 -- The deliveries an event id has taken: live, or final within the dedup
 -- window. What enqueue asks before and after it inserts (queue.sql). A
 -- plain SQL function: inlined into the caller's statement.

@@ -88,6 +88,7 @@ DECLARE
                               THEN nullif(tracestate, '') END;
     v_ids bigint[];
     v_dups bigint[];
+    v_seen boolean;
     v_new boolean;
     v_targets bigint;
     v_channels text[] := channels;
@@ -145,34 +146,47 @@ BEGIN
     INTO v_ids, v_targets, v_new
     FROM ins;
     -- The same event for the same endpoint, final within the dedup window
-    -- (schema 026: in history, out of reach of webhook_live's unique
-    -- index): the rows just inserted for it go again, unseen. Statements
-    -- of their own, so their snapshot includes a move to history that
-    -- committed while the INSERT above waited on the row being moved (READ
-    -- COMMITTED; at REPEATABLE READ that instant can let a duplicate
-    -- through: docs/operations/production.md). A generated id cannot
-    -- repeat. The common case, an id history has not seen, costs one probe
-    -- of the window's partitions by event id; the rows are looked at only
-    -- when it finds one. The main statement above asks webhook_live alone:
-    -- a history twin makes it store a fan-out's payload needlessly (the
-    -- copy goes with its day).
-    IF p_event_id IS NOT NULL AND cardinality(v_ids) > 0
-       AND EXISTS (SELECT 1 FROM webhook_history h
-                   WHERE h.event_id = v_event_id AND h.finished_at > dispatcher_dedup_since())
-    THEN
-        WITH dup AS (
-            DELETE FROM webhook_live w
-            USING unnest(v_ids) AS x(id)
-            WHERE w.id = x.id
-              AND EXISTS (SELECT 1 FROM webhook_history h
-                          WHERE h.event_id = v_event_id AND h.endpoint_id = w.endpoint_id
-                            AND h.finished_at > dispatcher_dedup_since())
-            RETURNING w.id
-        )
-        SELECT coalesce(array_agg(id), '{}') INTO v_dups FROM dup;
-        IF cardinality(v_dups) > 0 THEN
-            v_ids := ARRAY(SELECT unnest(v_ids) EXCEPT SELECT unnest(v_dups));
-            v_new := false;
+    -- (in history, out of reach of webhook_live's unique index): the rows
+    -- just inserted for it go again, unseen. Statements of their own, so
+    -- their snapshot includes a move to history that committed while the
+    -- INSERT above waited on the row being moved (READ COMMITTED; at
+    -- REPEATABLE READ that instant can let a duplicate through:
+    -- docs/operations/production.md). A generated id cannot repeat. The
+    -- common case, an id not seen, costs one probe of the window's keys
+    -- (schema 027, history.sql) by event id; history itself is asked only
+    -- while the keys of what it held before 027 are being written, and the
+    -- rows are looked at only when a probe finds one. The main statement
+    -- above asks webhook_live alone: a history twin makes it store a
+    -- fan-out's payload needlessly (the copy goes with its day).
+    IF p_event_id IS NOT NULL AND cardinality(v_ids) > 0 THEN
+        v_seen := EXISTS (SELECT 1 FROM dispatcher_dedup_keys_0 k
+                          WHERE k.event_id = v_event_id AND k.expires_at > now())
+               OR EXISTS (SELECT 1 FROM dispatcher_dedup_keys_1 k
+                          WHERE k.event_id = v_event_id AND k.expires_at > now());
+        -- Whether the keys are complete, remembered by the session once
+        -- they are (they never stop being): no read of the settings then.
+        IF NOT v_seen AND current_setting('dispatcher.dedup_keys_complete', true)
+                          IS DISTINCT FROM 'on' THEN
+            IF (SELECT complete FROM dispatcher_dedup_seed) THEN
+                PERFORM set_config('dispatcher.dedup_keys_complete', 'on', false);
+            ELSE
+                v_seen := EXISTS (SELECT 1 FROM webhook_history h
+                                  WHERE h.event_id = v_event_id
+                                    AND h.finished_at > dispatcher_dedup_since());
+            END IF;
+        END IF;
+        IF v_seen THEN
+            WITH dup AS (
+                DELETE FROM webhook_live w
+                USING unnest(v_ids) AS x(id)
+                WHERE w.id = x.id AND dispatcher_dedup_taken(v_event_id, w.endpoint_id)
+                RETURNING w.id
+            )
+            SELECT coalesce(array_agg(id), '{}') INTO v_dups FROM dup;
+            IF cardinality(v_dups) > 0 THEN
+                v_ids := ARRAY(SELECT unnest(v_ids) EXCEPT SELECT unnest(v_dups));
+                v_new := false;
+            END IF;
         END IF;
     END IF;
     -- Only rows due now: held ones wait for their release, and rows for

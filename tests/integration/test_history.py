@@ -13,6 +13,7 @@ import tarfile
 from pathlib import Path
 
 import asyncpg
+import pytest
 
 from dispatcher import db
 from dispatcher.core.retention import Retention
@@ -22,10 +23,15 @@ from tests.helpers import add_endpoint, drain
 from tests.receivers import Receiver
 from tests.releases import build_release
 
-FUNCTIONS_025 = Path(__file__).resolve().parents[1] / "fixtures" / "functions-025.tar.gz"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 OVERLAP = (
     "SELECT count(*) FROM (SELECT id FROM webhook_live INTERSECT SELECT id FROM webhook_history) x"
+)
+KEYLESS = (  # history rows within the window without their dedup key
+    "SELECT count(*) FROM webhook_history h WHERE h.finished_at > dispatcher_dedup_since()"
+    " AND NOT EXISTS (SELECT 1 FROM dispatcher_dedup_keys k WHERE k.event_id = h.event_id"
+    "                 AND k.endpoint_id = h.endpoint_id AND k.expires_at > now())"
 )
 FINAL_IN_LIVE = (
     "SELECT count(*) FROM webhook_live WHERE status IN ('delivered', 'dead_letter', 'cancelled')"
@@ -81,6 +87,90 @@ async def test_after_the_dedup_window_the_event_id_is_new_again(
         ids = await conn.fetchval(enqueue)
         assert ids == again if again is not None else ids != [first]
     assert await conn.fetchval("SELECT count(*) FROM webhook_queue WHERE event_id = 'w1'") == 2
+
+
+async def _keys(conn: asyncpg.Connection, event_id: str) -> list[tuple[int, bool]]:
+    """(table, unexpired) of each dedup key of the event."""
+    rows = await conn.fetch(
+        "SELECT slot, expires_at > now() AS live FROM dispatcher_dedup_keys WHERE event_id = $1",
+        event_id,
+    )
+    return sorted((r["slot"], r["live"]) for r in rows)
+
+
+async def test_dedup_keys_follow_history_and_rotate_by_whole_tables(
+    db_url: str, conn: asyncpg.Connection, receiver: Receiver
+) -> None:
+    await add_endpoint(conn, receiver.url("/r"))
+    await store.maintain(conn, 86400.0, dedup_window_s=3600.0)
+    (first,) = await conn.fetchval("SELECT dispatcher_enqueue('t', '{}'::json, 'k1')")
+    assert await _keys(conn, "k1") == []  # live: webhook_live's unique index answers
+    await drain(db_url)
+    assert await _keys(conn, "k1") == [(0, True)]  # the outcome write's move left it
+    # A path through the live table's trigger (a cancel) leaves one too.
+    (other,) = await conn.fetchval("SELECT dispatcher_enqueue('t', '{}'::json, 'k2')")
+    await conn.execute("UPDATE webhook_queue SET status = 'cancelled' WHERE id = $1", other)
+    assert await _keys(conn, "k2") == [(0, True)]
+    rotate = "SELECT dispatcher_rotate_dedup_keys()"
+    assert await conn.fetchval(rotate) is False  # the current table is minutes old
+    # An hour on (the other table's window): table 1, empty, becomes current.
+    await conn.execute("UPDATE dispatcher_dedup_slots SET opened_at = opened_at - interval '61 min'"
+                       " WHERE slot = 0")  # fmt: skip
+    assert await conn.fetchval(rotate) is True
+    assert await conn.fetchval(rotate) is False
+    assert await conn.fetchval(
+        "SELECT slot FROM dispatcher_dedup_slots ORDER BY opened_at DESC LIMIT 1"
+    ) == 1  # fmt: skip
+    # Table 0's key still answers; a new final row's goes to table 1.
+    assert await conn.fetchval("SELECT dispatcher_enqueue('t', '{}'::json, 'k1')") == [first]
+    assert await catalog.enqueue_bulk(conn, [("k1", "t", "{}", None)]) == 0
+    (third,) = await conn.fetchval("SELECT dispatcher_enqueue('t', '{}'::json, 'k3')")
+    await conn.execute("UPDATE webhook_queue SET status = 'cancelled' WHERE id = $1", third)
+    assert await _keys(conn, "k3") == [(1, True)]
+    # A day on (table 0 opened under the default window, its keys' longest):
+    # table 0 is emptied.
+    await conn.execute("UPDATE dispatcher_dedup_slots SET opened_at = opened_at - interval '25 h'")
+    assert await conn.fetchval(rotate) is True
+    assert await _keys(conn, "k1") == [] and await _keys(conn, "k3") == [(1, True)]
+    # A key past its expiry no longer answers, wherever it is.
+    await conn.execute("UPDATE dispatcher_dedup_keys_1 SET expires_at = now() - interval '1 s'")
+    assert await conn.fetchval("SELECT dispatcher_enqueue('t', '{}'::json, 'k3')") != [third]
+    # A replayed row takes its key out of the window's tables (the live
+    # row answers again), and leaves a new one when final again.
+    assert await catalog.replay_ids(conn, [other]) == 0  # cancelled: not a dead letter
+    await conn.execute("UPDATE webhook_queue SET status = 'dead_letter' WHERE id = $1", other)
+    assert await _keys(conn, "k2") == [(0, True)]  # table 0 is current again
+    assert await catalog.replay_ids(conn, [other]) == 1
+    assert await _keys(conn, "k2") == []
+    await drain(db_url)
+    assert await _keys(conn, "k2") == [(0, True)]
+
+
+async def test_history_rows_without_keys_are_asked_for_until_seeded(
+    conn: asyncpg.Connection, receiver: Receiver
+) -> None:
+    """A database that ran 026: history holds final rows and no keys."""
+    await add_endpoint(conn, receiver.url("/r"))
+    await catalog.enqueue_bulk(conn, [(f"s{i}", "t", "{}", None) for i in range(30)])
+    await conn.execute(
+        "UPDATE webhook_queue SET status = 'delivered', delivered_at = now() - (id % 5) * interval"
+        " '1 hour' WHERE event_id LIKE 's%'"
+    )
+    await conn.execute(
+        "TRUNCATE dispatcher_dedup_keys_0, dispatcher_dedup_keys_1;"
+        " UPDATE dispatcher_dedup_seed SET complete = false, seeded_to = NULL"
+    )
+    enqueue = "SELECT dispatcher_enqueue('t', '{}'::json, $1)"
+    known = await conn.fetchval("SELECT id FROM webhook_history WHERE event_id = 's7'")
+    assert await conn.fetchval(enqueue, "s7") == [known]  # asked history
+    assert await catalog.enqueue_bulk(conn, [("s8", "t", "{}", None)]) == 0
+    # Small steps: several rounds, each a bounded insert.
+    assert await store.seed_dedup_keys(conn, batch=4, max_batches=2) is False
+    assert await store.seed_dedup_keys(conn) is True
+    assert await conn.fetchval("SELECT complete FROM dispatcher_dedup_seed")
+    assert await conn.fetchval("SELECT count(*) FROM dispatcher_dedup_keys") == 30
+    assert await conn.fetchval(enqueue, "s7") == [known]  # the key answers now
+    assert await store.seed_dedup_keys(conn) is True  # complete: nothing more
 
 
 async def test_a_dead_letter_replayed_comes_back_with_its_id(
@@ -159,10 +249,11 @@ async def test_retention_drops_whole_partitions(
     assert [tuple(r) for r in kept] == [("r1", "delivered"), ("r2", "pending")]
 
 
-async def _release_025(conn: asyncpg.Connection) -> None:
-    """The previous release: tables as schema 025 left them, its functions."""
-    await build_release(conn, 25)
-    with tarfile.open(FUNCTIONS_025) as tar:
+async def _release(conn: asyncpg.Connection, n: int) -> None:
+    """A previous release: tables as schema n left them, its functions
+    (tests/fixtures/functions-0n.tar.gz: `git archive` of its schema/functions)."""
+    await build_release(conn, n)
+    with tarfile.open(FIXTURES / f"functions-{n:03d}.tar.gz") as tar:
         files = sorted(
             (m.name, tar.extractfile(m).read().decode())  # type: ignore[union-attr]
             for m in tar.getmembers() if m.isfile() and m.name.endswith(".sql")
@@ -173,25 +264,34 @@ async def _release_025(conn: asyncpg.Connection) -> None:
         " applied_at timestamptz NOT NULL DEFAULT now())"
     )
     await apply_repeatables(conn, files)
-    for parent in ("endpoint_latency", "event_payloads"):  # its migrate made the days
+    parents = ["endpoint_latency", "event_payloads"]
+    if n >= 26:
+        parents += ["webhook_history_delivered", "webhook_history_dead",
+                    "webhook_history_cancelled"]  # fmt: skip
+    for parent in parents:  # its migrate made the days
         await conn.execute("SELECT dispatcher_day_partitions($1, 3, NULL)", parent)
 
 
+@pytest.mark.parametrize("release", [25, 26])
 async def test_an_upgrade_under_live_traffic_loses_nothing_and_sends_nothing_twice(
-    empty_db_url: str, receiver: Receiver
+    empty_db_url: str, receiver: Receiver, release: int
 ) -> None:
+    """From 025 (final rows in the one table, moved by the backfill) and
+    from 026 (final rows in history without their dedup keys, written by
+    the seeding while the enqueue asks history)."""
     conn = await asyncpg.connect(empty_db_url)
     try:
-        await _release_025(conn)
+        await _release(conn, release)
         for i in range(2):
             await conn.execute(
                 "INSERT INTO endpoints (url, secret) VALUES ($1, $2)",
                 receiver.url(f"/e{i}"),
                 SECRET,
             )
-        # The history the previous release kept in its one table: final rows
-        # of every status, within the dedup window or past the retention,
-        # and a backlog.
+        # The history the previous release kept (025: in its one table; 026
+        # moves them to history as they are written): final rows of every
+        # status, within the dedup window or past the retention, and a
+        # backlog.
         await conn.execute(
             "INSERT INTO webhook_live (endpoint_id, event_id, event_type, payload, status,"
             " attempt_count, created_at, updated_at, delivered_at)"
@@ -205,7 +305,7 @@ async def test_an_upgrade_under_live_traffic_loses_nothing_and_sends_nothing_twi
             " ON CONFLICT DO NOTHING"
         )
         kept_before = await conn.fetch(
-            "SELECT id, event_id, endpoint_id, status FROM webhook_live"
+            "SELECT id, event_id, endpoint_id, status FROM webhook_queue"
             " WHERE status <> 'delivered' OR delivered_at > now() - interval '7 days' ORDER BY id"
         )
         await conn.execute(
@@ -246,7 +346,11 @@ async def test_an_upgrade_under_live_traffic_loses_nothing_and_sends_nothing_twi
     async def backfill() -> None:
         c = await asyncpg.connect(empty_db_url)
         try:
-            while not await store.backfill_history(c, Retention(), batch=40, max_batches=1):
+            while True:
+                moved = await store.backfill_history(c, Retention(), batch=40, max_batches=1)
+                keyed = await store.seed_dedup_keys(c, batch=40, max_batches=1)
+                if moved and keyed:
+                    return
                 await asyncio.sleep(0.01)
         finally:
             await c.close()
@@ -277,9 +381,14 @@ async def test_an_upgrade_under_live_traffic_loses_nothing_and_sends_nothing_twi
         )  # fmt: skip
         after = await conn.fetch(
             "SELECT id, event_id, endpoint_id, status FROM webhook_history"
-            " WHERE event_id LIKE 'legacy-%' ORDER BY id"
+            " WHERE event_id LIKE 'legacy-%'"
+            "   AND (status <> 'delivered' OR delivered_at > now() - interval '7 days') ORDER BY id"
         )
         assert [tuple(r) for r in after] == [tuple(r) for r in kept_before]
+        # Every final row within the window has its key; the enqueue no
+        # longer asks history.
+        assert await conn.fetchval("SELECT complete FROM dispatcher_dedup_seed")
+        assert await conn.fetchval(KEYLESS) == 0
         assert await db.migrate(conn) == []  # a second migrate: nothing to do
     finally:
         await conn.close()
