@@ -1023,22 +1023,22 @@ ORDER BY l.measured_at DESC
 LIMIT $3;
 
 -- name: newest_id
-SELECT coalesce(max(id), 0) FROM webhook_queue;
+-- The live queue's newest id: rows that moved to history need no wake.
+SELECT coalesce(max(id), 0) FROM webhook_live;
 
 -- name: probe_new_rows
--- The idle probe: the rows above a watermark the prober keeps about a
--- second behind the newest id. A commit of new rows changes the count;
--- claims and outcomes do not: a row made final moves to history with its
--- id (schema 026), so live and the last hour of history together keep
--- their count. Range scans of the primary key and of the id index of the
--- history partitions of the last hour, as long as the rows of the last
--- second or so.
-SELECT sum(n)::bigint AS n, coalesce(max(top), $1) AS top FROM (
-    SELECT count(*) AS n, max(id) AS top FROM webhook_live WHERE id > $1
-    UNION ALL
-    SELECT count(*), max(id) FROM webhook_history
-    WHERE id > $1 AND finished_at > now() - interval '1 hour'
-) parts;
+-- The idle probe: the live rows above a watermark the prober keeps about a
+-- second behind the newest id, as a count and a sum of 64-bit hashes of
+-- their ids: a commit of new rows changes it, whatever order producers
+-- commit in; claims and retries (updates) do not. A row moving to history
+-- changes it too (a wake for nothing: one claim), and never hides an
+-- insert: a new id would have to hash to exactly what left. Live rows
+-- only (schema 026's history, asked "for the last hour", locked every leaf
+-- at each probe: 1 ms, a hundred times a second, growing with retention).
+-- A range scan of the primary key, as long as the rows of the last second.
+SELECT count(*)::bigint AS n, coalesce(max(id), $1) AS top,
+       coalesce(sum(hashint8extended(id, 0)), 0)::text AS sig
+FROM webhook_live WHERE id > $1;
 
 -- name: table_health
 -- The hot tables' dead rows, whether autovacuum will see to them (the

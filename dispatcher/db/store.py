@@ -315,11 +315,13 @@ async def newest_id(conn: Conn) -> int:
     return n
 
 
-async def probe_new_rows(conn: Conn, above: int) -> tuple[int, int]:
-    """(rows with an id above `above`, the highest such id or `above`)."""
+async def probe_new_rows(conn: Conn, above: int) -> tuple[tuple[int, str], int]:
+    """(the signature of the live rows with an id above `above`: their count
+    and a hash sum, which changes whenever that set does; the highest such
+    id or `above`)."""
     row = await conn.fetchrow(Q["probe_new_rows"], above)
     assert row is not None
-    return int(row["n"]), int(row["top"])
+    return (int(row["n"]), row["sig"]), int(row["top"])
 
 
 # ---------------------------------------------------------------- maintenance

@@ -9,10 +9,12 @@ commit like any INSERT, and each worker asks instead:
 - while busy (the last claim that ran found rows), it just wakes the loop
   every tick: the claim is the probe, and it costs no query while the
   window is full or no endpoint can take more;
-- while idle, it counts the rows above a watermark (one primary-key range
-  scan of the last second's rows) and wakes the engine when the count
-  changes. Updates (claims, outcomes) do not change it; a commit of new rows
-  does, whatever order producers commit in, because the watermark is the
+- while idle, it reads a signature of the live rows above a watermark
+  (their count and a hash sum of their ids: one primary-key range scan of
+  the last second's rows) and wakes the engine when it changes. Updates
+  (claims, retries) do not change it; a row leaving for history does (a
+  wake for nothing); a commit of new rows does, whatever order producers
+  commit in, because the watermark is the
   newest id seen about a second ago: it covers every transaction that
   commits within a second of its INSERT. A longer one is claimed by the
   engine's poll (poll_interval_s), as retries and expired leases are.
@@ -77,7 +79,8 @@ class Prober:
         # (monotonic time, newest id then), oldest first.
         self._tops: collections.deque[tuple[float, int]] = collections.deque()
         self._mark = -1  # the watermark; -1 until the first look
-        self._base: tuple[int, int] | None = None  # (mark, rows above it) at the last probe
+        # (mark, signature of the live rows above it) at the last probe
+        self._base: tuple[int, tuple[int, str]] | None = None
         self.probes = 0
         self.mode = WakeMode.PROBE
         self._probing = asyncio.Event()  # set in probe mode; notify mode parks on it
@@ -129,14 +132,14 @@ class Prober:
                 self._note(now, await store.newest_id(conn))
             return
         mark = self._advance(now)
-        n, top = await store.probe_new_rows(conn, mark)
+        sig, top = await store.probe_new_rows(conn, mark)
         self.probes += 1
         self._note(now, top)
-        # News when the count above the same mark changed; a moved mark
-        # counts as news too (a commit between the two counts would go
+        # News when the rows above the same mark changed; a moved mark
+        # counts as news too (a commit between the two probes would go
         # unseen otherwise): one claim at most per move.
-        if self._base != (mark, n):
-            self._base = (mark, n)
+        if self._base != (mark, sig):
+            self._base = (mark, sig)
             self._wake.set()
 
     async def _park(self) -> None:
