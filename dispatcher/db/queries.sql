@@ -362,7 +362,17 @@ WITH target AS MATERIALIZED (
         ELSE e.id = s.endpoint_id END
     -- Already final for that endpoint within the dedup window (in
     -- history, out of reach of webhook_live's unique index): nothing new.
-    WHERE NOT dispatcher_dedup_taken(s.event_id, e.id)
+    -- dispatcher_dedup_taken written out: a function holding subqueries
+    -- is not inlined, and ran once per line and endpoint. The keys as an
+    -- anti-join; history, only while the keys are not complete, behind
+    -- the flag (an OR: evaluated per row, and not at all once complete).
+    WHERE NOT EXISTS (SELECT 1 FROM dispatcher_dedup_keys k
+                      WHERE k.event_id = s.event_id AND k.endpoint_id = e.id
+                        AND k.expires_at > now())
+      AND ((SELECT complete FROM dispatcher_dedup_seed)
+           OR NOT EXISTS (SELECT 1 FROM webhook_history h
+                          WHERE h.event_id = s.event_id AND h.endpoint_id = e.id
+                            AND h.finished_at > dispatcher_dedup_since()))
 ), shared AS MATERIALIZED (
     SELECT line, nextval('event_payloads_id_seq') AS payload_id
     FROM target GROUP BY line HAVING count(*) > 1
