@@ -50,7 +50,7 @@ from . import rawclient
 from .bench import DEFAULT_DB, Options
 from .errors import BenchError, UsageError
 from .output import progress, render
-from .scenarios import OWN_DATABASE, RUNNERS
+from .scenarios import NOT_IN_ALL, OWN_DATABASE, RUNNERS
 from .scenarios.faults import FAULT_KINDS
 
 
@@ -74,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, default=None, help="wake: enqueues measured (200)")
     p.add_argument("--producers", type=int, default=None, help="producers: connections (16)")
     p.add_argument("--keys", type=int, default=None, help="fifo: ordering keys (1000)")
+    p.add_argument("--rows", type=int, default=None, help="history: rows of each kind (10 M)")
     p.add_argument("--rounds", type=int, default=None, help="https: rounds per protocol (2)")
     p.add_argument("--rate", type=int, default=None, help="events/s: tenants b's (20), cluster")
     p.add_argument(
@@ -108,6 +109,7 @@ def parse_options(argv: list[str]) -> Options:
         ("--endpoints", "endpoints", 1),
         ("--samples", "samples", 1),
         ("--producers", "producers", 1),
+        ("--rows", "rows", 1),
         ("--keys", "keys", 1),
         ("--rounds", "rounds", 1),
         ("--rate", "rate", 1),
@@ -160,7 +162,7 @@ async def run_scenarios(opts: Options, admin_url: str) -> dict[str, Any]:
         return await RUNNERS[opts.scenario](opts, admin_url)
     reports = []
     for name, runner in RUNNERS.items():
-        if name in OWN_DATABASE:
+        if name in NOT_IN_ALL:
             continue
         progress(f"=== scenario {name}")
         try:

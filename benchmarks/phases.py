@@ -40,9 +40,12 @@ async def drain_phase(
     keys: int = 0,
     before_enqueue: Callable[[], Awaitable[None]] | None = None,
     run_args: Sequence[str] = (),
+    own_rows_only: bool = False,
 ) -> dict[str, Any]:
     """fresh db → endpoints → [before_enqueue] → enqueue → `run --drain` x
-    processes → metrics."""
+    processes → metrics. `own_rows_only`: the results count the rows of
+    `endpoints` alone (before_enqueue wrote others: the history scenario's
+    fill)."""
     await bench.fresh_db()
     await bench.add_endpoints(endpoints)
     if before_enqueue is not None:
@@ -88,7 +91,7 @@ async def drain_phase(
     wall = max(r.wall_s for r in runs)
     m_meter = await meter.stop()
     after = await receiver.stats(paths=True)
-    db = await db_results(bench.bench_url)
+    db = await db_results(bench.bench_url, [e.id for e in endpoints] if own_rows_only else None)
     # The database has served its purpose: dropping it now keeps its
     # autovacuum off the CPU while a raw ceiling is measured.
     await bench.drop_db()

@@ -1,14 +1,16 @@
 """The soak: `make soak` or `python -m benchmarks.soak [--minutes 20] ...`.
 
 One `dispatcher run` with retention on (delivered rows pruned after
---retention-s) against one receiver answering in 20 ms. First the capacity:
+--retention-s, as are dead and cancelled ones, attempts and payloads) against one
+receiver answering in 20 ms. First the capacity:
 producers commit as fast as they can for a short while and the worker
 delivers it all; capacity = events / the longer of the two. Then a steady
 offered load of half that (or --rate), from --producers connections, one
 event per transaction through `dispatcher_enqueue`, for --minutes. Every
 --sample-s (60): the created -> delivered lag p50/p99 of the rows delivered
 in that interval, the worker's RSS, webhook_live's heap and index sizes,
-its dead rows and the vacuum / autovacuum counts from pg_stat_user_tables.
+its dead rows and the vacuum / autovacuum counts from pg_stat_user_tables;
+the sizes of history, the attempt log, the payload store and the dedup keys.
 
 Writes soak.json (everything), soak.csv (one row per interval) and soak.png
 (a chart, matplotlib) into --out-dir. Exit 0 when nothing was lost or sent
@@ -43,6 +45,8 @@ from .producing import close_all, connect_producers, enqueue_args, paced
 from .tablestats import autovacuum_setting, db_now, tables, window
 
 RECEIVER_MS = 20.0
+# The tables retention keeps from growing, beside the live queue (tablestats).
+GROWING = (("history", "webhook_history"), ("payloads", "event_payloads"), ("keys", "dedup_keys"))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -112,6 +116,11 @@ def _row(t_s: float, offered: int, win: dict[str, Any], rss: float | None,
         "queue_autovacuums": q.get("autovacuum_count"),
         "latency_total_mb": round(lat.get("total_bytes", 0) / 2**20, 2),
         "latency_dead": lat.get("dead"),
+        **{
+            f"{name}_total_mb": round(tbl.get(table, {}).get("total_bytes", 0) / 2**20, 2)
+            for name, table in GROWING
+        },
+        "history_dead": tbl.get("webhook_history", {}).get("dead"),
     }
 
 
@@ -132,10 +141,17 @@ def chart(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     a.plot(t, [r["rss_mb"] for r in rows], marker="o", color="tab:green")
     a.set_title("dispatcher RSS (MB)")
     a = ax[1][0]
-    a.plot(t, [r["queue_heap_mb"] for r in rows], marker="o", label="heap")
-    a.plot(t, [r["queue_index_mb"] for r in rows], marker="o", label="indexes")
-    a.set_title("webhook_live size (MB)")
-    a.legend()
+    a.plot(t, [r["queue_heap_mb"] for r in rows], marker="o", label="live heap")
+    a.plot(t, [r["queue_index_mb"] for r in rows], marker="o", label="live indexes")
+    for key, label in (
+        ("history_total_mb", "history"),
+        ("latency_total_mb", "attempts"),
+        ("payloads_total_mb", "payloads"),
+        ("keys_total_mb", "dedup keys"),
+    ):
+        a.plot(t, [r[key] for r in rows], label=label)  # fmt: skip
+    a.set_title("sizes, with indexes (MB)")
+    a.legend(fontsize=7)
     a = ax[1][1]
     a.plot(t, [r["queue_dead"] for r in rows], marker="o", color="tab:red", label="dead rows")
     a.set_title("webhook_live dead rows; vacuums")
@@ -269,7 +285,8 @@ async def soak_body(bench: Bench, opts: Options, a: argparse.Namespace) -> dict[
         duplicates=stats["duplicates"], undelivered=undelivered,
         exit_code=run.returncode, peak_rss_mb=round(run.maxrss_mb, 1),
         trends={k: _trend(rows, k) for k in ("lag_p50_ms", "lag_p99_ms", "rss_mb",
-                                             "queue_total_mb", "queue_dead")},
+                                             "queue_total_mb", "queue_dead",
+                                             "history_total_mb", "latency_total_mb")},
     )  # fmt: skip
     if undelivered:
         bench.problems.append(f"{undelivered} rows not delivered at the end")
@@ -310,7 +327,11 @@ async def main(argv: list[str]) -> int:
         return 2
     opts = Options(
         scenario="soak", timeout_s=a.minutes * 60 + a.capacity_s * 20 + 600,
-        db_name=a.db_name, extra_env={"DISPATCHER_RETENTION_DELIVERED_S": str(a.retention_s)},
+        db_name=a.db_name,
+        # Every time-partitioned table's retention (and with it the dedup
+        # window, cut to the shortest final one): what plateaus is all of it.
+        extra_env={f"DISPATCHER_RETENTION_{name}_S": str(a.retention_s)
+                   for name in ("DELIVERED", "DEAD", "CANCELLED", "ATTEMPTS", "PAYLOAD")},
     )  # fmt: skip
 
     @scenario

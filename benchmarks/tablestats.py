@@ -1,6 +1,7 @@
 """What a soak samples from the bench database each interval: the lag of the
-rows delivered in it, the sizes of webhook_live (the queue's table) and its
-indexes, dead rows and vacuum counts (pg_stat_user_tables), and the server's autovacuum
+rows delivered in it, the sizes of webhook_live (the queue's table), history,
+the attempt log, the payload store and the dedup keys, with their indexes, dead
+rows and vacuum counts (pg_stat_user_tables), and the server's autovacuum
 setting. Reads only; the soak decides what to do with the figures.
 """
 
@@ -20,14 +21,22 @@ FROM webhook_queue
 WHERE status = 'delivered' AND delivered_at > $1 AND delivered_at <= $2
 """
 
+# A partitioned table's figures are its leaves' sums (the parent has none);
+# the dedup keys' two tables count as one.
 TABLES_SQL = """
-SELECT s.relname AS table, s.n_live_tup AS live, s.n_dead_tup AS dead,
-       s.vacuum_count, s.autovacuum_count,
-       pg_relation_size(s.relid) AS heap_bytes,
-       pg_indexes_size(s.relid) AS index_bytes,
-       pg_total_relation_size(s.relid) AS total_bytes
+SELECT t.name AS table, sum(s.n_live_tup) AS live, sum(s.n_dead_tup) AS dead,
+       sum(s.vacuum_count) AS vacuum_count, sum(s.autovacuum_count) AS autovacuum_count,
+       sum(pg_relation_size(s.relid)) AS heap_bytes,
+       sum(pg_indexes_size(s.relid)) AS index_bytes,
+       sum(pg_total_relation_size(s.relid)) AS total_bytes
 FROM pg_stat_user_tables s
-WHERE s.relname IN ('webhook_live', 'endpoint_latency')
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN s.relname LIKE 'dispatcher\\_dedup\\_keys\\__' THEN 'dedup_keys'
+                ELSE coalesce(pg_partition_root(s.relid), s.relid)::regclass::text END AS name
+) t
+WHERE t.name IN ('webhook_live', 'webhook_history', 'endpoint_latency', 'event_payloads',
+                 'dedup_keys')
+GROUP BY t.name
 """
 
 

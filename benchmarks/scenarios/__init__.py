@@ -1,7 +1,8 @@
 """The scenarios, each a module on top of the shared machinery (bench.py,
 phases.py): `RUNNERS` maps the names `dispatcher bench` accepts, in the order
 `all` runs them, to their runners. `cluster` (root, Patroni and etcd: it
-builds its own hosts and database cluster) is named alone, never by `all`."""
+builds its own hosts and database cluster) and `history` (minutes of filling
+first) are named alone, never by `all`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from .faults import run_faults
 from .fifo import run_fifo
 from .filters import run_filters
 from .held import run_held
+from .history import run_history
 from .https import run_https
 from .internet import run_internet
 from .jobqueue import run_jobqueue
@@ -43,10 +45,13 @@ RUNNERS: dict[str, Runner] = {
     "tenants": run_tenants,
     "jobqueue": run_jobqueue,
     "held": run_held,
+    "history": run_history,
     "cluster": run_cluster,
 }
 # Scenarios that bring their own database (and need root): `all` skips
 # them and the harness does not resolve DATABASE_URL for them.
 OWN_DATABASE = frozenset({"cluster"})
+# Named alone too: `history` fills ten million rows of each kind first.
+NOT_IN_ALL = OWN_DATABASE | {"history"}
 
-__all__ = ["OWN_DATABASE", "RUNNERS"]
+__all__ = ["NOT_IN_ALL", "OWN_DATABASE", "RUNNERS"]
