@@ -46,7 +46,7 @@ async def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     url = resolve_database_url(settings.database_url, settings.home)
     conn = await db.connect(url)
     try:
-        applied = await db.migrate(conn)
+        applied = await db.migrate(conn, settings.retention)
     finally:
         await conn.close()
     emit(

@@ -18,7 +18,7 @@ from pathlib import Path
 import asyncpg
 
 from dispatcher.core.errors import BadInput, OperationalError
-from dispatcher.core.retention import DAYS_AHEAD
+from dispatcher.core.retention import Retention, partition_width_s, partitions_ahead
 from dispatcher.core.shaping import compile_success_body
 from dispatcher.db import MIGRATION_LOCK, Conn
 
@@ -145,7 +145,18 @@ HISTORY_PARTITIONED = (
 DAY_PARTITIONED = ("endpoint_latency", "event_payloads", *HISTORY_PARTITIONED)
 
 
-async def migrate(conn: Conn) -> list[str]:
+def partitioned_retention(keep: Retention) -> dict[str, float | None]:
+    """Each time-partitioned table's retention (None: kept forever), in
+    DAY_PARTITIONED's order."""
+    kept = Retention.kept
+    return {
+        "endpoint_latency": kept(keep.attempts_s),
+        "event_payloads": kept(keep.payload_s),
+        **dict(zip(HISTORY_PARTITIONED, keep.finals(), strict=True)),
+    }
+
+
+async def migrate(conn: Conn, retention: Retention | None = None) -> list[str]:
     """Applies the pending numbered migrations, each once and in its own
     transaction (those up to the last pending "with functions" one in a
     single transaction, the repeatable files applied at its end); then,
@@ -159,7 +170,12 @@ async def migrate(conn: Conn) -> list[str]:
     A database a later release migrated (it has a numbered migration this
     one does not know) keeps its functions: these files are older, and
     would take back what the later code calls. Between two releases with
-    the same numbered migrations it cannot tell: it applies its own."""
+    the same numbered migrations it cannot tell: it applies its own.
+
+    Then the time-partitioned tables' first partitions, as wide as
+    `retention` (the workers' settings; None: the defaults) will have the
+    maintenance make them: leaves made a day wide ahead of a ten-minute
+    retention would be pruned row by row until those days had passed."""
     applied_now: list[str] = []
     # A session lock, held across the transactions, serialises concurrent
     # migrators; the second one finds everything applied.
@@ -213,11 +229,17 @@ async def migrate(conn: Conn) -> list[str]:
         if again or cut:
             applied_now += [REPEATABLE_PREFIX + name for name, _ in files]
 
-        # The days (schema 023, 025, 026), so a fresh database's first
-        # attempts, payloads and final rows land in their day; maintenance
-        # keeps them coming.
-        for parent in DAY_PARTITIONED:
-            await conn.execute("SELECT dispatcher_day_partitions($1, $2, NULL)", parent, DAYS_AHEAD)
+        # The partitions (schema 023, 025, 026), so a fresh database's first
+        # attempts, payloads and final rows land in theirs; maintenance
+        # keeps them coming, of the same width.
+        for parent, keep_s in partitioned_retention(retention or Retention()).items():
+            width = partition_width_s(keep_s)
+            await conn.execute(
+                "SELECT dispatcher_day_partitions($1, $2, NULL, $3)",
+                parent,
+                partitions_ahead(width),
+                width,
+            )
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
     return applied_now

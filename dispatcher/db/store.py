@@ -31,6 +31,7 @@ from dispatcher.db import (
     opswebhooks,
 )
 from dispatcher.db.columns import settings_from_row, unseal_headers
+from dispatcher.db.migrator import partitioned_retention
 
 VACUUM_LOCK = MAINTENANCE_LOCK + 1
 REWRITE_TIMEOUT_S = 60.0
@@ -404,16 +405,6 @@ async def maintain(
 # Each final status's history (HISTORY_PARTITIONED is in the order of
 # Retention.finals: delivered, dead, cancelled).
 HISTORY_OF = dict(zip(("delivered", "dead_letter", "cancelled"), HISTORY_PARTITIONED, strict=True))
-
-
-def partitioned_retention(keep: Retention) -> dict[str, float | None]:
-    """Each time-partitioned table's retention (None: kept forever)."""
-    kept = Retention.kept
-    return {
-        "endpoint_latency": kept(keep.attempts_s),
-        "event_payloads": kept(keep.payload_s),
-        **dict(zip(HISTORY_PARTITIONED, keep.finals(), strict=True)),
-    }
 
 
 async def seed_dedup_keys(

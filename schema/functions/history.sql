@@ -108,8 +108,9 @@ $$;
 -- The window kept by whole tables: once the current table has taken keys
 -- for a window, and for as long as the longest window a key in the other
 -- carries, every key there (written before the current one opened) has
--- expired: that one is emptied (TRUNCATE) and becomes current. A key is kept for one to two
--- windows; its expires_at keeps the answer exact. Run by the workers'
+-- expired: that one is emptied (TRUNCATE) and becomes current. A key is
+-- kept for one to two windows; its expires_at keeps the answer exact.
+-- Run by the workers'
 -- maintenance; a concurrent run finds the slot row changed and does
 -- nothing; a table a reader holds is left for the next round
 -- (lock_timeout: producers queue behind the TRUNCATE's lock for at most

@@ -164,7 +164,7 @@ BEGIN
                OR EXISTS (SELECT 1 FROM dispatcher_dedup_keys_1 k
                           WHERE k.event_id = v_event_id AND k.expires_at > now());
         -- Whether the keys are complete, remembered by the session once
-        -- they are (they never stop being): no read of the settings then.
+        -- they are (they never stop being): no read of the flag then.
         IF NOT v_seen AND current_setting('dispatcher.dedup_keys_complete', true)
                           IS DISTINCT FROM 'on' THEN
             IF (SELECT complete FROM dispatcher_dedup_seed) THEN

@@ -249,6 +249,34 @@ async def test_retention_drops_whole_partitions(
     assert [tuple(r) for r in kept] == [("r1", "delivered"), ("r2", "pending")]
 
 
+async def test_migrate_makes_the_first_partitions_as_wide_as_the_retention(
+    empty_db_url: str,
+) -> None:
+    """A ten-minute retention from the first day: history's first leaves
+    five minutes wide, not days the maintenance could only prune row by row."""
+    conn = await asyncpg.connect(empty_db_url)
+    try:
+        await db.migrate(conn, Retention(delivered_s=600, attempts_s=86400))
+        leaves = "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+        narrow = await conn.fetch(
+            f"{leaves} WHERE i.inhparent = 'webhook_history_delivered'::regclass"
+            " AND c.relname ~ '_p[0-9]{12}$'"
+        )
+        daily = await conn.fetch(
+            f"{leaves} WHERE i.inhparent = 'webhook_history_delivered'::regclass"
+            " AND c.relname ~ '_p[0-9]{8}$'"
+        )
+        assert len(narrow) == 13 and not daily  # the one holding now and 12 ahead
+        # A day's retention: the widest at most a quarter of it, an hour.
+        attempts = await conn.fetch(
+            f"{leaves} WHERE i.inhparent = 'endpoint_latency'::regclass"
+            " AND c.relname ~ '_p[0-9]{12}$'"
+        )
+        assert len(attempts) == 13
+    finally:
+        await conn.close()
+
+
 async def _release(conn: asyncpg.Connection, n: int) -> None:
     """A previous release: tables as schema n left them, its functions
     (tests/fixtures/functions-0n.tar.gz: `git archive` of its schema/functions)."""
