@@ -32,17 +32,12 @@ CREATE INDEX dispatcher_dedup_keys_0_idx ON dispatcher_dedup_keys_0 (event_id, e
 CREATE TABLE dispatcher_dedup_keys_1 (LIKE dispatcher_dedup_keys_0);
 CREATE INDEX dispatcher_dedup_keys_1_idx ON dispatcher_dedup_keys_1 (event_id, endpoint_id);
 
--- Which table takes the keys (the one opened last), and the longest window
--- a key in each may carry (the rotation waits for it).
+-- Which table takes the keys: the one opened last.
 CREATE TABLE dispatcher_dedup_slots (
     slot      smallint PRIMARY KEY CHECK (slot IN (0, 1)),
-    opened_at timestamptz NOT NULL,
-    window_s  float8 NOT NULL
+    opened_at timestamptz NOT NULL
 );
-INSERT INTO dispatcher_dedup_slots
-SELECT 0, now(), dedup_window_s FROM dispatcher_settings
-UNION ALL
-SELECT 1, '-infinity', 0 FROM dispatcher_settings;
+INSERT INTO dispatcher_dedup_slots VALUES (0, now()), (1, '-infinity');
 
 -- Whether every history row within the window has its key. Rows already
 -- in history (a database that ran 026) get theirs from the workers'

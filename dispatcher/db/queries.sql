@@ -664,19 +664,10 @@ SELECT dispatcher_revive(ARRAY(
 
 -- name: set_dedup_window
 -- The workers' DISPATCHER_DEDUP_WINDOW_S, where the enqueue functions read
--- it (schema 026); written only when it changed. The current keys table
--- (schema 027) remembers the longest window its keys may carry, so that
--- the rotation waits for them.
-WITH changed AS (
-    INSERT INTO dispatcher_settings (dedup_window_s) VALUES ($1)
-    ON CONFLICT (one_row) DO UPDATE SET dedup_window_s = excluded.dedup_window_s
-    WHERE dispatcher_settings.dedup_window_s IS DISTINCT FROM excluded.dedup_window_s
-    RETURNING dedup_window_s
-)
-UPDATE dispatcher_dedup_slots s SET window_s = c.dedup_window_s
-FROM changed c
-WHERE s.window_s < c.dedup_window_s
-  AND s.slot = (SELECT slot FROM dispatcher_dedup_slots ORDER BY opened_at DESC LIMIT 1);
+-- it (schema 026); written only when it changed.
+INSERT INTO dispatcher_settings (dedup_window_s) VALUES ($1)
+ON CONFLICT (one_row) DO UPDATE SET dedup_window_s = excluded.dedup_window_s
+WHERE dispatcher_settings.dedup_window_s IS DISTINCT FROM excluded.dedup_window_s;
 
 -- name: backfill_history
 -- One step of the move of the rows final before schema 026 into history

@@ -106,10 +106,11 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- The window kept by whole tables: once the current table has taken keys
--- for a window, and for as long as the longest window a key in the other
--- carries, every key there (written before the current one opened) has
--- expired: that one is emptied (TRUNCATE) and becomes current. A key is
--- kept for one to two windows; its expires_at keeps the answer exact.
+-- for a window, every key in the other (written before the current one
+-- opened) is past the window: that one is emptied (TRUNCATE) and becomes
+-- current. A key is kept for one to two windows; its expires_at keeps the
+-- answer exact (a key written under a longer window, since shortened,
+-- answers until its table is emptied: at least the window now).
 -- Run by the workers'
 -- maintenance; a concurrent run finds the slot row changed and does
 -- nothing; a table a reader holds is left for the next round
@@ -123,8 +124,7 @@ DECLARE
 BEGIN
     SELECT * INTO cur FROM dispatcher_dedup_slots ORDER BY opened_at DESC LIMIT 1;
     SELECT * INTO old FROM dispatcher_dedup_slots WHERE slot <> cur.slot;
-    IF now() < cur.opened_at + greatest(make_interval(secs => old.window_s),
-                                        dispatcher_dedup_window()) THEN
+    IF now() < cur.opened_at + dispatcher_dedup_window() THEN
         RETURN false;
     END IF;
     PERFORM set_config('lock_timeout', '200', true);
@@ -134,9 +134,7 @@ BEGIN
         RETURN false;
     END IF;
     EXECUTE format('TRUNCATE %I', 'dispatcher_dedup_keys_' || old.slot);
-    UPDATE dispatcher_dedup_slots
-    SET opened_at = now(), window_s = (SELECT dedup_window_s FROM dispatcher_settings)
-    WHERE slot = old.slot;
+    UPDATE dispatcher_dedup_slots SET opened_at = now() WHERE slot = old.slot;
     RETURN true;
 EXCEPTION WHEN lock_not_available THEN
     RETURN false;

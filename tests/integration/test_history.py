@@ -127,9 +127,10 @@ async def test_dedup_keys_follow_history_and_rotate_by_whole_tables(
     (third,) = await conn.fetchval("SELECT dispatcher_enqueue('t', '{}'::json, 'k3')")
     await conn.execute("UPDATE webhook_queue SET status = 'cancelled' WHERE id = $1", third)
     assert await _keys(conn, "k3") == [(1, True)]
-    # A day on (table 0 opened under the default window, its keys' longest):
-    # table 0 is emptied.
-    await conn.execute("UPDATE dispatcher_dedup_slots SET opened_at = opened_at - interval '25 h'")
+    # Another hour on: table 0 (every key in it past the window) is emptied.
+    await conn.execute(
+        "UPDATE dispatcher_dedup_slots SET opened_at = opened_at - interval '61 min'"
+    )
     assert await conn.fetchval(rotate) is True
     assert await _keys(conn, "k1") == [] and await _keys(conn, "k3") == [(1, True)]
     # A key past its expiry no longer answers, wherever it is.
