@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 
@@ -50,9 +50,12 @@ class Claimer:
         window: Callable[[], int],
         in_flight: Callable[[], int],
         start: Callable[[Delivery], None],
+        caught_up: Callable[[], Awaitable[None]],
     ) -> None:
         """`window` and `in_flight`: the engine's room now (rows it may
-        have in flight, rows it has); `start`: hands a claimed row on."""
+        have in flight, rows it has); `start`: hands a claimed row on;
+        `caught_up`: returns once every endpoint change heard is in the
+        gates (refresher.py)."""
         self._settings = settings
         self._worker = worker
         self._gates = gates
@@ -63,6 +66,7 @@ class Claimer:
         self._window = window
         self._in_flight = in_flight
         self._start = start
+        self._caught_up = caught_up
         self._failing_since = 0.0
         self.failed = False  # an empty claim that was really a failed one
         self.last_got = 0  # rows the last claim that ran got: the prober's busy signal
@@ -107,6 +111,7 @@ class Claimer:
             except DATABASE_ERRORS as exc:
                 await self._failed_with(exc, started, drain)
                 return 0, False
+        await self._caught_up()
         wants, hungry = self._wants()
         if not wants:
             return 0, False
@@ -157,6 +162,13 @@ class Claimer:
             limit=limit,
             worker=self._worker,
         )
+        if rows:
+            # A secret rotated while the claim was on its way (after the
+            # check above) committed before the rows this claim saw, and
+            # its notification is read by now, or within a turn of the loop
+            # (another socket): sign with it, not with the gates' last read.
+            await asyncio.sleep(0)
+            await self._caught_up()
         # On their way at once: a first pass's rows (an application's fresh
         # event among them) do not wait for the second pass, nor for its
         # failure, which would leave them to their lease.

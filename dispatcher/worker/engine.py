@@ -107,7 +107,8 @@ class Engine:
                                 connectivity=self.connectivity, stats=self._stats,
                                 metrics=metrics, draw=random_draw,
                                 window=lambda: self._window.limit,
-                                in_flight=lambda: self._inflight, start=self._start)  # fmt: skip
+                                in_flight=lambda: self._inflight, start=self._start,
+                                caught_up=self._caught_up)  # fmt: skip
         self._slots: Slots[Job] = Slots(self._run_row, lambda: self._window.limit)
         self._background: list[asyncio.Task[None]] = []
         self._retry_timer: asyncio.TimerHandle | None = None
@@ -355,9 +356,11 @@ class Engine:
         """Claims what can be started now (claimer.py). Returns (rows,
         budget left after)."""
         assert self._pool is not None and self._recorder is not None
+        return await self._claimer.claim(self._pool, self._recorder, drain=self._drain)
+
+    async def _caught_up(self) -> None:
         if self._refresher is not None:
             await self._refresher.caught_up()
-        return await self._claimer.claim(self._pool, self._recorder, drain=self._drain)
 
     # ------------------------------------------------------------ delivering
 
