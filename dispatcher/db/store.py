@@ -35,6 +35,10 @@ from dispatcher.db.migrator import partitioned_retention
 
 VACUUM_LOCK = MAINTENANCE_LOCK + 1
 REWRITE_TIMEOUT_S = 60.0
+# Partitions past retention dropped per table a maintenance round, one a
+# transaction: a round catches up with a backlog of days (a retention just
+# shortened, a worker that was down) without holding a parent's lock long.
+MAX_DROPS = 50
 
 # ---------------------------------------------------------------- endpoints
 
@@ -382,9 +386,13 @@ async def maintain(
     # retention now asks for).
     for parent, keep_s in partitioned_retention(keep).items():
         width = partition_width_s(keep_s)
-        await conn.execute(
-            Q["day_partitions"], parent, partitions_ahead(width), keep_s, width, None
-        )
+        # A call drops at most one partition, in its own transaction.
+        for _ in range(MAX_DROPS):
+            _, dropped = await conn.fetchrow(
+                Q["day_partitions"], parent, partitions_ahead(width), keep_s, width, None
+            )
+            if not dropped:
+                break
         # Payloads go only with their day, after the rows still to be sent
         # took theirs inline (dispatcher_day_partitions): never row by row.
         if keep_s is None or parent == "event_payloads":

@@ -38,9 +38,9 @@ $$;
 -- all). A partition whose rows went to the default partition meanwhile
 -- takes them along. One that would overlap a partition made with another
 -- width is not made: the older one covers that time. DDL waits at most a
--- second for its lock and is otherwise left to the next round, so a long
--- reader never makes the writes queue behind it. Returns the partitions
--- made and dropped.
+-- second for its lock (a drop 100 ms) and is otherwise left to the next
+-- round, so a long reader never makes the writes queue behind it. Returns
+-- the partitions made and dropped (at most one: see below).
 --
 -- A payload day is dropped only after the deliveries still to be sent
 -- that reference it (held for months, or scheduled far ahead) have taken
@@ -106,10 +106,21 @@ BEGIN
         RETURN NEXT;
         RETURN;
     END IF;
-    FOR r IN SELECT * FROM dispatcher_partitions(p_parent) LOOP
-        CONTINUE WHEN r.upper_bound IS NULL  -- the default partition
-                   OR r.upper_bound > now() - make_interval(secs => p_keep_s);
+    -- The oldest partition past retention, one a call (the caller calls
+    -- again while one went): a DROP holds the parent's ACCESS EXCLUSIVE
+    -- lock to its commit, and every write and read of the table queues
+    -- behind it, so it is held for the drop alone. The partition's lock
+    -- is taken first: a DROP takes the parent's before the partition's,
+    -- and would hold it while it waited for an autovacuum of the old
+    -- partition (a second, until the autovacuum is cancelled; the soak's
+    -- 900 ms outcome stall). Each lock waits at most 100 ms, else the
+    -- drop is left to the next round.
+    FOR r IN SELECT * FROM dispatcher_partitions(p_parent)
+             WHERE upper_bound <= now() - make_interval(secs => p_keep_s)
+             ORDER BY upper_bound LOOP
         BEGIN
+            PERFORM set_config('lock_timeout', '100', true);
+            EXECUTE format('LOCK TABLE %I IN ACCESS EXCLUSIVE MODE', r.relname);
             IF p_parent = 'event_payloads' THEN
                 EXECUTE format(
                     'UPDATE webhook_live w SET payload = p.body, payload_id = NULL,'
@@ -119,10 +130,12 @@ BEGIN
                     '   AND p.id = w.payload_id AND p.created_at = w.payload_at',
                     r.relname) USING r.upper_bound;
             END IF;
+            EXECUTE format('LOCK TABLE %I IN ACCESS EXCLUSIVE MODE', p_parent);
             EXECUTE format('DROP TABLE %I', r.relname);
-            dropped := dropped + 1;
-        EXCEPTION WHEN lock_not_available OR undefined_table THEN NULL;
+            dropped := 1;
+        EXCEPTION WHEN lock_not_available OR undefined_table OR deadlock_detected THEN NULL;
         END;
+        EXIT;
     END LOOP;
     RETURN NEXT;
 END $$;

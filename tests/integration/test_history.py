@@ -250,6 +250,61 @@ async def test_retention_drops_whole_partitions(
     assert [tuple(r) for r in kept] == [("r1", "delivered"), ("r2", "pending")]
 
 
+async def test_a_drop_waits_for_its_partition_without_holding_the_parent(
+    conn: asyncpg.Connection, db_url: str
+) -> None:
+    """A DROP locks the parent before the partition: waiting there for an
+    autovacuum of the old partition it would stop every write of the
+    table (the soak's 900 ms outcome stall). The partition's lock comes
+    first, for 100 ms at most; the drop is then left to the next round,
+    and a round drops one partition a transaction."""
+    await conn.execute(
+        "SELECT dispatcher_day_partitions('webhook_history_dead', 0, NULL, 86400,"
+        " now() - interval '20 days')"
+    )
+    leaf = "webhook_history_dead_p" + await conn.fetchval(
+        "SELECT to_char((now() - interval '20 days') AT TIME ZONE 'UTC', 'YYYYMMDD')"
+    )
+    vacuum, watcher = await asyncpg.connect(db_url), await asyncpg.connect(db_url)
+    try:
+        tx = vacuum.transaction()
+        await tx.start()
+        await vacuum.execute(f"LOCK TABLE {leaf} IN SHARE UPDATE EXCLUSIVE MODE")
+        dropper = asyncio.create_task(
+            conn.fetchrow(
+                "SELECT * FROM dispatcher_day_partitions('webhook_history_dead', 0, $1)",
+                14 * 86400.0,
+            )
+        )
+        held_parent = False
+        while not dropper.done():
+            held_parent |= await watcher.fetchval(
+                "SELECT count(*) > 0 FROM pg_locks WHERE granted AND mode = 'AccessExclusiveLock'"
+                " AND relation = 'webhook_history_dead'::regclass"
+            )
+        assert tuple(await dropper) == (0, 0) and not held_parent
+        assert await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", leaf)
+        await tx.rollback()
+    finally:
+        await vacuum.close()
+        await watcher.close()
+    # One a call, the oldest first; the next call takes the next.
+    _, dropped = await conn.fetchrow(
+        "SELECT * FROM dispatcher_day_partitions('webhook_history_dead', 0, $1)", 14 * 86400.0
+    )
+    assert dropped == 1 and await conn.fetchval("SELECT to_regclass($1)", leaf) is None
+    left = await conn.fetchval(
+        "SELECT count(*) FROM dispatcher_partitions('webhook_history_dead')"
+        " WHERE upper_bound <= now() - interval '14 days'"
+    )
+    assert left > 0
+    await store.maintain(conn, 86400.0, Retention(dead_s=14 * 86400.0))
+    assert await conn.fetchval(
+        "SELECT count(*) FROM dispatcher_partitions('webhook_history_dead')"
+        " WHERE upper_bound <= now() - interval '14 days'"
+    ) == 0  # fmt: skip
+
+
 async def test_migrate_makes_the_first_partitions_as_wide_as_the_retention(
     empty_db_url: str,
 ) -> None:
