@@ -388,10 +388,10 @@ async def maintain(
         width = partition_width_s(keep_s)
         # A call drops at most one partition, in its own transaction.
         for _ in range(MAX_DROPS):
-            _, dropped = await conn.fetchrow(
+            made = await conn.fetchrow(
                 Q["day_partitions"], parent, partitions_ahead(width), keep_s, width, None
             )
-            if not dropped:
+            if made is None or not made["dropped"]:
                 break
         # Payloads go only with their day, after the rows still to be sent
         # took theirs inline (dispatcher_day_partitions): never row by row.

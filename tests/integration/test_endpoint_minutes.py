@@ -6,6 +6,7 @@ the window's minutes, and the figures agree with the exact ones."""
 from __future__ import annotations
 
 import random
+from datetime import timedelta
 
 import asyncpg
 
@@ -218,3 +219,79 @@ async def test_hours_rolled_up_give_the_same_figures(conn: asyncpg.Connection) -
     await latency.refresh_percentiles(conn, WINDOW_S)
     assert tuple(await _stored(conn, ep)) == before
     assert await conn.fetchval("SELECT sum(attempts) FROM endpoint_hours") == 675
+
+
+async def _attempts(conn: asyncpg.Connection, ep: int, n: int, span: str, seed: int) -> None:
+    """n attempts spread over the last `span`, back-dated, as an import
+    into the attempt log writes them (its trigger counts their minutes)."""
+    await conn.execute(
+        "INSERT INTO endpoint_latency (endpoint_id, response_ms, status_code, measured_at)"
+        " SELECT $1, (20 + (hashint4(g + $3) & 4095))::int, 200,"
+        "        now() - random() * $4::text::interval"
+        " FROM generate_series(1, $2) g",
+        ep, n, seed, span,
+    )  # fmt: skip
+
+
+async def test_the_running_window_moves_as_a_merge_from_scratch_would(
+    conn: asyncpg.Connection,
+) -> None:
+    """Schema 028: the window's settled part is merged once, then moved
+    forward by the minutes that settle and those that leave it. Time is
+    moved on by moving the minutes and the window's bounds back by the same
+    step: after each step the figures are those of a merge from scratch.
+    Half way, the window is merged from rolled-up hours, which are then
+    removed (they are copies of their minutes), so that the minutes leaving
+    it are taken out of hours."""
+    window_s = 3 * 3600.0
+    eps = [await _ep(conn, "/a"), await _ep(conn, "/b")]
+    for k, ep in enumerate(eps):
+        await _attempts(conn, ep, 3000, "4 hours", k)
+    await latency.refresh_percentiles(conn, window_s)
+    counts = []
+    for step in (7, 13, None, 25, 30):
+        if step is None:
+            await conn.execute(db.Q["roll_up_hours"])
+            assert await conn.fetchval("SELECT count(*) FROM endpoint_hours") >= 4
+            await conn.execute("UPDATE endpoint_window_state SET built_at = NULL")
+            await latency.refresh_percentiles(conn, window_s)
+            await conn.execute("DELETE FROM endpoint_hours")
+            continue
+        # Out and back in: an UPDATE of the keys would meet its own rows.
+        await conn.execute(
+            "CREATE TEMP TABLE moving AS SELECT * FROM endpoint_minutes;"
+            " DELETE FROM endpoint_minutes;"
+            f" UPDATE moving SET minute = minute - interval '{step} minutes';"
+            " INSERT INTO endpoint_minutes SELECT * FROM moving; DROP TABLE moving"
+        )
+        await conn.execute(
+            "UPDATE endpoint_window_state SET lo = lo - $1::interval, hi = hi - $1::interval",
+            timedelta(minutes=step),
+        )
+        built = await conn.fetchval("SELECT built_at FROM endpoint_window_state")
+        await latency.refresh_percentiles(conn, window_s)
+        # Moved, not merged again.
+        assert await conn.fetchval("SELECT built_at FROM endpoint_window_state") == built
+        moved = [tuple(await _stored(conn, ep)) for ep in eps]
+        await conn.execute("UPDATE endpoint_window_state SET built_at = NULL")
+        await latency.refresh_percentiles(conn, window_s)
+        assert [tuple(await _stored(conn, ep)) for ep in eps] == moved, step
+        counts.append(moved[0][3])
+    assert counts == sorted(counts, reverse=True) and counts[-1] < counts[0]  # minutes left
+
+
+async def test_a_minute_written_again_is_merged_anew(conn: asyncpg.Connection) -> None:
+    """An attempt counted into a minute the running window already holds
+    (a rewrite after a failover, an import) is in the next refresh."""
+    ep = await _ep(conn, "/a")
+    await _attempts(conn, ep, 500, "3 hours", 1)
+    await latency.refresh_percentiles(conn, WINDOW_S)
+    assert (await _stored(conn, ep))["sample_count"] == 500
+    await _attempts(conn, ep, 40, "90 minutes", 2)  # all settled minutes
+    assert await conn.fetchval("SELECT built_at FROM endpoint_window_state") is None
+    await latency.refresh_percentiles(conn, WINDOW_S)
+    got = await _stored(conn, ep)
+    assert got["sample_count"] == 540
+    exact = await _exact(conn, ep)
+    for want, have in zip(exact, (got["p50_ms"], got["p95_ms"], got["p99_ms"]), strict=True):
+        assert abs(have - want) <= 0.02 * want
