@@ -32,7 +32,7 @@ from typing import Any
 import asyncpg
 
 from dispatcher import db
-from dispatcher.db import store
+from dispatcher.db import upkeep
 from dispatcher.db.embedded import with_database
 from dispatcher.ops import reports
 from dispatcher.settings import Retention
@@ -120,7 +120,7 @@ async def _time(conn: asyncpg.Connection, repeat: int) -> dict[str, Any]:
     }
     before = await conn.fetchval("SELECT count(*) FROM endpoint_latency")
     t0 = time.perf_counter()
-    await store.maintain(conn, WINDOW_S)
+    await upkeep.maintain(conn, WINDOW_S)
     out["maintenance round (s)"] = round(time.perf_counter() - t0, 2)
     out["samples pruned by it"] = before - await conn.fetchval(
         "SELECT count(*) FROM endpoint_latency"
@@ -160,15 +160,14 @@ async def main(argv: list[str]) -> int:
                         "applied": applied,
                         "s": round(time.perf_counter() - t0, 2),
                     }
-                    if hasattr(store, "backfill_history"):
-                        # Schema 026: the rows final before it move to
-                        # history, 5,000 ids a transaction, to the end.
-                        t0 = time.perf_counter()
-                        await store.backfill_history(conn, Retention())
-                        report[f"backfill_{kind}_s"] = round(time.perf_counter() - t0, 1)
-                        report[f"history_{kind}_rows"] = await conn.fetchval(
-                            "SELECT count(*) FROM webhook_history"
-                        )
+                    # Schema 026: the rows final before it move to history,
+                    # 5,000 ids a transaction, to the end.
+                    t0 = time.perf_counter()
+                    await upkeep.backfill_history(conn, Retention())
+                    report[f"backfill_{kind}_s"] = round(time.perf_counter() - t0, 1)
+                    report[f"history_{kind}_rows"] = await conn.fetchval(
+                        "SELECT count(*) FROM webhook_history"
+                    )
                 if "time" in phases:
                     report[kind] = await _time(conn, a.repeat)
             finally:

@@ -39,7 +39,7 @@ from typing import Any
 import asyncpg
 
 from dispatcher.core.retention import Retention
-from dispatcher.db import store
+from dispatcher.db import upkeep
 
 from ..bench import Bench, EndpointDef, Options, scenario
 from ..meters import PgCpu, settle
@@ -118,7 +118,7 @@ async def fill(conn: asyncpg.Connection, rows: int) -> dict[str, float]:
     # minutes past the window rolled up and pruned, leaves past retention
     # dropped; then vacuum's visibility map and the planner's figures.
     t0 = time.perf_counter()
-    while not await store.maintain(conn, WINDOW_S, Retention(), max_batches=1_000):
+    while not await upkeep.maintain(conn, WINDOW_S, Retention(), max_batches=1_000):
         pass
     took["maintenance"] = round(time.perf_counter() - t0, 1)
     t0 = time.perf_counter()

@@ -1,7 +1,7 @@
 """How long each growing table keeps what it holds (SPEC "History, payloads
 and retention"): one figure per table, in seconds, 0 keeping it forever.
 
-Pure policy: settings.py reads the variables, db/store.maintain applies the
+Pure policy: settings.py reads the variables, db/upkeep.maintain applies the
 figures in bounded batches.
 """
 

@@ -19,7 +19,7 @@ import asyncpg
 
 from dispatcher import log
 from dispatcher.core.tablehealth import TableHealth, vacuum_due
-from dispatcher.db import Conn, acquire, open_connection, store
+from dispatcher.db import Conn, acquire, open_connection, upkeep
 from dispatcher.settings import Settings
 from dispatcher.worker.connectivity import Connectivity
 
@@ -45,10 +45,10 @@ class Maintenance:
     async def once(self) -> None:
         s = self._settings
         async with self._connection() as conn:
-            await store.maintain(
+            await upkeep.maintain(
                 conn, s.latency_window_s, s.retention, dedup_window_s=s.dedup_window_s
             )
-            due = [h for h in await store.table_health(conn) if vacuum_due(h)]
+            due = [h for h in await upkeep.table_health(conn) if vacuum_due(h)]
         if due and self._url is not None:
             await self.vacuum(due)
 
@@ -71,11 +71,11 @@ class Maintenance:
         assert self._url is not None
         conn = await open_connection(self._url, command_timeout=VACUUM_STATEMENT_TIMEOUT_S)
         try:
-            if not await store.try_vacuum_lock(conn):
+            if not await upkeep.try_vacuum_lock(conn):
                 return  # another worker is at it
             for h in tables:
                 t0 = time.monotonic()
-                await store.vacuum(conn, h.table)
+                await upkeep.vacuum(conn, h.table)
                 self.vacuums += 1
                 log.event("table_vacuumed", logging.INFO, table=h.table, dead_before=h.dead,
                           live=h.live, autovacuum_on=h.autovacuum_on,

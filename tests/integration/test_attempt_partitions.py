@@ -11,7 +11,7 @@ import asyncpg
 
 from dispatcher import db
 from dispatcher.core.retention import Retention
-from dispatcher.db import store
+from dispatcher.db import upkeep
 from tests.helpers import add_endpoint
 from tests.releases import build_release
 
@@ -58,7 +58,7 @@ async def test_a_fresh_database_has_days_a_default_and_the_counter(
 
     # A maintenance round: the default's old row goes by delete (7 days),
     # the days stay; a day made later takes its rows out of the default.
-    assert await store.maintain(conn, DAY_S, Retention()) is not None
+    assert await upkeep.maintain(conn, DAY_S, Retention()) is not None
     assert set(await _where(conn)) == {"now", "ahead", "far"}
     await conn.execute("SELECT dispatcher_day_partitions('endpoint_latency', 7, NULL)")
     far = (await _where(conn))["far"]
@@ -78,7 +78,7 @@ async def test_retention_drops_whole_days(conn: asyncpg.Connection) -> None:
     assert (made, dropped) == (0, 1)
     assert set(await _where(conn)) == {"ahead"}
     # 0 keeps every day.
-    await store.maintain(conn, DAY_S, Retention(attempts_s=0))
+    await upkeep.maintain(conn, DAY_S, Retention(attempts_s=0))
     assert set(await _where(conn)) == {"ahead"}
 
 

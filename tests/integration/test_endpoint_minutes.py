@@ -12,7 +12,7 @@ import asyncpg
 
 from dispatcher import db
 from dispatcher.core.models import Outcome, Status
-from dispatcher.db import catalog, latency, store
+from dispatcher.db import catalog, latency, store, upkeep
 from tests.helpers import add_endpoint
 
 ME = "w-me"
@@ -154,7 +154,7 @@ async def test_maintenance_prunes_minutes_past_the_window(conn: asyncpg.Connecti
         ep,
     )
     assert await conn.fetchval("SELECT count(*) FROM endpoint_minutes") == 2
-    await store.maintain(conn, WINDOW_S)
+    await upkeep.maintain(conn, WINDOW_S)
     assert await conn.fetchval("SELECT sum(attempts) FROM endpoint_minutes") == 2
 
 

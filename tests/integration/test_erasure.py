@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 
 from dispatcher.core.retention import Retention
-from dispatcher.db import store
+from dispatcher.db import upkeep
 from tests.helpers import TenantApi, add_endpoint, cli, drain, tenant_api
 from tests.receivers import Receiver
 
@@ -235,7 +235,7 @@ async def test_payloads_past_their_retention_go_and_the_rows_stay(conn: asyncpg.
         )  # fmt: skip
     # Rows kept for ever, payloads for two hours.
     keep = Retention(delivered_s=0, dead_s=0, cancelled_s=0, messages_s=0, payload_s=7200)
-    assert await store.maintain(conn, 86400.0, keep) is not None
+    assert await upkeep.maintain(conn, 86400.0, keep) is not None
     rows = {r["event_id"]: r for r in await conn.fetch("SELECT * FROM webhook_queue")}
     assert len(rows) == 4
     erased = {e for e, r in rows.items() if r["payload"] is None}

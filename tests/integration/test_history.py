@@ -17,7 +17,7 @@ import pytest
 
 from dispatcher import db
 from dispatcher.core.retention import Retention
-from dispatcher.db import catalog, store
+from dispatcher.db import catalog, upkeep
 from dispatcher.db.migrator import _apply_repeatables as apply_repeatables
 from tests.helpers import add_endpoint, drain
 from tests.receivers import Receiver
@@ -71,7 +71,7 @@ async def test_after_the_dedup_window_the_event_id_is_new_again(
     db_url: str, conn: asyncpg.Connection, receiver: Receiver
 ) -> None:
     await add_endpoint(conn, receiver.url("/r"))
-    await store.maintain(conn, 86400.0, dedup_window_s=3600.0)
+    await upkeep.maintain(conn, 86400.0, dedup_window_s=3600.0)
     assert await conn.fetchval("SELECT dedup_window_s FROM dispatcher_settings") == 3600.0
     (first,) = await conn.fetchval("SELECT dispatcher_enqueue('t', '{}'::json, 'w1')")
     await drain(db_url)
@@ -102,7 +102,7 @@ async def test_dedup_keys_follow_history_and_rotate_by_whole_tables(
     db_url: str, conn: asyncpg.Connection, receiver: Receiver
 ) -> None:
     await add_endpoint(conn, receiver.url("/r"))
-    await store.maintain(conn, 86400.0, dedup_window_s=3600.0)
+    await upkeep.maintain(conn, 86400.0, dedup_window_s=3600.0)
     (first,) = await conn.fetchval("SELECT dispatcher_enqueue('t', '{}'::json, 'k1')")
     assert await _keys(conn, "k1") == []  # live: webhook_live's unique index answers
     await drain(db_url)
@@ -166,12 +166,12 @@ async def test_history_rows_without_keys_are_asked_for_until_seeded(
     assert await conn.fetchval(enqueue, "s7") == [known]  # asked history
     assert await catalog.enqueue_bulk(conn, [("s8", "t", "{}", None)]) == 0
     # Small steps: several rounds, each a bounded insert.
-    assert await store.seed_dedup_keys(conn, batch=4, max_batches=2) is False
-    assert await store.seed_dedup_keys(conn) is True
+    assert await upkeep.seed_dedup_keys(conn, batch=4, max_batches=2) is False
+    assert await upkeep.seed_dedup_keys(conn) is True
     assert await conn.fetchval("SELECT complete FROM dispatcher_dedup_seed")
     assert await conn.fetchval("SELECT count(*) FROM dispatcher_dedup_keys") == 30
     assert await conn.fetchval(enqueue, "s7") == [known]  # the key answers now
-    assert await store.seed_dedup_keys(conn) is True  # complete: nothing more
+    assert await upkeep.seed_dedup_keys(conn) is True  # complete: nothing more
 
 
 async def test_a_dead_letter_replayed_comes_back_with_its_id(
@@ -244,7 +244,7 @@ async def test_retention_drops_whole_partitions(
     )
     assert await conn.fetchval("SELECT tableoid::regclass::text FROM webhook_history"
                                " WHERE event_id = 'r0'") == old_leaf  # fmt: skip
-    assert await store.maintain(conn, 86400.0, Retention()) is True
+    assert await upkeep.maintain(conn, 86400.0, Retention()) is True
     assert await conn.fetchval("SELECT to_regclass($1)", old_leaf) is None
     kept = await conn.fetch("SELECT event_id, status FROM webhook_queue ORDER BY event_id")
     assert [tuple(r) for r in kept] == [("r1", "delivered"), ("r2", "pending")]
@@ -298,7 +298,7 @@ async def test_a_drop_waits_for_its_partition_without_holding_the_parent(
         " WHERE upper_bound <= now() - interval '14 days'"
     )
     assert left > 0
-    await store.maintain(conn, 86400.0, Retention(dead_s=14 * 86400.0))
+    await upkeep.maintain(conn, 86400.0, Retention(dead_s=14 * 86400.0))
     assert await conn.fetchval(
         "SELECT count(*) FROM dispatcher_partitions('webhook_history_dead')"
         " WHERE upper_bound <= now() - interval '14 days'"
@@ -431,8 +431,8 @@ async def test_an_upgrade_under_live_traffic_loses_nothing_and_sends_nothing_twi
         c = await asyncpg.connect(empty_db_url)
         try:
             while True:
-                moved = await store.backfill_history(c, Retention(), batch=40, max_batches=1)
-                keyed = await store.seed_dedup_keys(c, batch=40, max_batches=1)
+                moved = await upkeep.backfill_history(c, Retention(), batch=40, max_batches=1)
+                keyed = await upkeep.seed_dedup_keys(c, batch=40, max_batches=1)
                 if moved and keyed:
                     return
                 await asyncio.sleep(0.01)

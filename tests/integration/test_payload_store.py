@@ -13,7 +13,7 @@ import asyncpg
 
 from dispatcher import db
 from dispatcher.core.retention import Retention
-from dispatcher.db import catalog, store
+from dispatcher.db import catalog, upkeep
 from dispatcher.ops import erasure
 from tests.helpers import add_endpoint, drain, tenant_api
 from tests.receivers import Receiver
@@ -146,7 +146,7 @@ async def test_payload_retention_drops_days_but_not_what_is_still_to_send(
     )
     # Maintenance keeps every day within 90 days; a retention of minus one
     # day (as only SQL takes it) puts today's past it.
-    await store.maintain(conn, 86400.0, Retention())
+    await upkeep.maintain(conn, 86400.0, Retention())
     assert await conn.fetchval("SELECT count(*) FROM webhook_queue WHERE payload IS NULL") == 0
     made, dropped = await conn.fetchrow(
         "SELECT * FROM dispatcher_day_partitions('event_payloads', 3, $1)", -86400.0

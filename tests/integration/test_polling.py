@@ -12,7 +12,7 @@ import time
 import asyncpg
 
 from dispatcher.core.retention import DAY_S, Retention
-from dispatcher.db import store
+from dispatcher.db import upkeep
 from tests.helpers import drain, statuses, tenant_api
 
 ADMIN = "polling-admin-token-0123456789abcdef"
@@ -126,7 +126,7 @@ async def test_unread_past_the_retention_is_dead_lettered_and_replayable(
                 "UPDATE webhook_live SET next_attempt_at = now() - make_interval(days => $2)"
                 " WHERE event_id = $1", event_id, days,
             )  # fmt: skip
-        await store.maintain(conn, DAY_S, Retention())  # delivered rows: 7 days
+        await upkeep.maintain(conn, DAY_S, Retention())  # delivered rows: 7 days
         rows = {
             r["event_id"]: (r["status"], r["last_error"])
             for r in await conn.fetch("SELECT event_id, status, last_error FROM webhook_queue")
@@ -142,5 +142,5 @@ async def test_unread_past_the_retention_is_dead_lettered_and_replayable(
         assert sorted(d["event_id"] for d in page["data"]) == sorted([old, young])
         # Kept forever (0): nothing expires.
         await conn.execute("UPDATE webhook_live SET next_attempt_at = now() - interval '30 days'")
-        await store.maintain(conn, DAY_S, Retention(delivered_s=0))
+        await upkeep.maintain(conn, DAY_S, Retention(delivered_s=0))
         assert await statuses(conn) == {"pending": 2}

@@ -15,7 +15,7 @@ import pytest
 
 from dispatcher.core.errors import BadInput, NotFound
 from dispatcher.core.shaping import postback_id
-from dispatcher.db import store
+from dispatcher.db import upkeep
 from dispatcher.ops import service
 from dispatcher.worker import testshot
 from tests.helpers import FAST, add_endpoint, admin_api, drain, engine, statuses, until_received
@@ -239,7 +239,7 @@ async def test_a_row_held_past_366_days_is_dead_lettered_by_maintenance(
         "UPDATE webhook_queue SET created_at = now() - interval '367 days' WHERE id = $1",
         old["deliveries"][0],
     )
-    assert await store.maintain(conn, 86_400.0) is not None
+    assert await upkeep.maintain(conn, 86_400.0) is not None
     rows = await conn.fetch("SELECT event_id, status, last_error FROM webhook_queue ORDER BY id")
     assert [tuple(r) for r in rows] == [
         ("evt_old", "dead_letter", "held past 366 days: never released"),

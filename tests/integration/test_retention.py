@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from dispatcher.db import catalog, store
+from dispatcher.db import catalog, upkeep
 from dispatcher.settings import RETENTION_NAMES, RETENTION_VARIABLES, Retention, Settings
 from tests.helpers import add_endpoint
 
@@ -97,7 +97,7 @@ TABLES = {  # what each table keeps after a round with SHORT
 async def test_each_table_loses_what_is_past_its_retention(conn: asyncpg.Connection) -> None:
     await _queue_rows(conn)
     await _other_rows(conn)
-    assert await store.maintain(conn, WINDOW_S, SHORT) is True  # nothing left past it
+    assert await upkeep.maintain(conn, WINDOW_S, SHORT) is True  # nothing left past it
     for query, kept in TABLES.items():
         assert await conn.fetchval(query) == kept, query
 
@@ -106,7 +106,7 @@ async def test_zero_keeps_every_table_forever(conn: asyncpg.Connection) -> None:
     await _queue_rows(conn)
     await _other_rows(conn)
     before = [await conn.fetchval(q) for q in TABLES]
-    await store.maintain(conn, WINDOW_S, FOREVER)
+    await upkeep.maintain(conn, WINDOW_S, FOREVER)
     assert [await conn.fetchval(q) for q in TABLES] == before
 
 

@@ -11,7 +11,7 @@ import asyncio
 import asyncpg
 
 from dispatcher.core.tablehealth import vacuum_due
-from dispatcher.db import create_pool, store
+from dispatcher.db import create_pool, upkeep
 from dispatcher.worker.connectivity import Connectivity
 from dispatcher.worker.maintenance import Maintenance
 from tests.helpers import FAST, add_endpoint
@@ -47,7 +47,7 @@ async def test_maintenance_clears_dead_rows_with_autovacuum_off(
         await asyncio.sleep(0.1)
         dead, vacuums = await _dead_rows(conn)
     assert dead >= 40_000
-    health = {h.table: h for h in await store.table_health(conn)}
+    health = {h.table: h for h in await upkeep.table_health(conn)}
     assert not health["webhook_live"].autovacuum_on
     assert vacuum_due(health["webhook_live"])
 
@@ -67,5 +67,5 @@ async def test_maintenance_clears_dead_rows_with_autovacuum_off(
     assert vacuums_after == vacuums + 1
     assert dead_after < 1000
     # Nothing left to do: the next round does not vacuum again.
-    health = {h.table: h for h in await store.table_health(conn)}
+    health = {h.table: h for h in await upkeep.table_health(conn)}
     assert not vacuum_due(health["webhook_live"])

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
-from dispatcher.db import catalog, store
+from dispatcher.db import catalog, upkeep
 from dispatcher.ops import reports
 from dispatcher.settings import Retention
 from tests.helpers import add_endpoint, cli, drain
@@ -166,7 +166,7 @@ async def test_retention_under_concurrent_claiming(
         c = await asyncpg.connect(db_url)
         try:
             while await c.fetchval("SELECT count(*) FROM webhook_queue WHERE event_id LIKE 'old%'"):
-                await store.maintain(c, WINDOW, Retention(), batch=2000, max_batches=3)
+                await upkeep.maintain(c, WINDOW, Retention(), batch=2000, max_batches=3)
                 await asyncio.sleep(0)
         finally:
             await c.close()
