@@ -442,14 +442,18 @@ SELECT
     count(*) FILTER (WHERE status = 'pending') AS pending,
     count(*) FILTER (WHERE status = 'failed') AS awaiting_retry,
     count(*) FILTER (WHERE status = 'in_flight') AS in_flight,
-    (SELECT count(*) FROM webhook_queue WHERE status = 'dead_letter') AS dead_letter,
+    -- History's dead letters are counted as they come and go (schema 029);
+    -- live holds some only until an upgrade's backfill has moved them.
+    (SELECT n FROM dispatcher_counts WHERE name = 'dead_letters')
+        + count(*) FILTER (WHERE status = 'dead_letter') AS dead_letter,
     -- The last hour's outcomes from the endpoints' minutes (schema 020),
     -- not from a count of history; rows retrying come from the live queue.
     (SELECT coalesce(sum(delivered), 0) FROM last_hour) AS delivered_last_hour,
     count(*) FILTER (WHERE status = 'failed' AND updated_at > now() - interval '1 hour')
         + (SELECT coalesce(sum(dead), 0) FROM last_hour) AS failed_last_hour,
     -- A row delayed by its producer (deliver_at) is not late before it is due.
-    min(created_at) FILTER (WHERE status <> 'pending' OR next_attempt_at <= now())
+    min(created_at) FILTER (WHERE status IN ('failed', 'in_flight')
+                                  OR (status = 'pending' AND next_attempt_at <= now()))
         AS oldest_pending,
     (SELECT sum(delivered_ms)::float8 / nullif(sum(delivered), 0) FROM last_hour)
         AS avg_delivery_ms_last_hour,
@@ -464,7 +468,7 @@ SELECT
     -- webhook_queue_held_idx (013): no scan of the queue.
     (SELECT count(*) FROM webhook_live WHERE status = 'held') AS held
 FROM webhook_live
-WHERE status IN ('pending', 'failed', 'in_flight');
+WHERE status IN ('pending', 'failed', 'in_flight', 'dead_letter');
 
 -- name: refresh_percentiles
 -- p50/p95/p99 and the last hour's figures per endpoint, from the window's
@@ -698,7 +702,8 @@ SELECT
     (SELECT count(*) FROM webhook_live WHERE status = 'pending') AS pending,
     (SELECT count(*) FROM webhook_live WHERE status = 'failed') AS failed,
     (SELECT count(*) FROM webhook_live WHERE status = 'in_flight') AS in_flight,
-    (SELECT count(*) FROM webhook_queue WHERE status = 'dead_letter') AS dead_letter,
+    (SELECT n FROM dispatcher_counts WHERE name = 'dead_letters')  -- as health_summary
+        + (SELECT count(*) FROM webhook_live WHERE status = 'dead_letter') AS dead_letter,
     (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM webhook_live
       WHERE status IN ('pending', 'failed', 'in_flight')
         AND (status <> 'pending' OR next_attempt_at <= now())) AS oldest_pending_s,

@@ -56,11 +56,19 @@ LANGUAGE sql STABLE AS $$
     SELECT make_interval(secs => (SELECT dedup_window_s FROM dispatcher_settings))
 $$;
 
+-- The dead letters' count (schema 029) moves with the rows: a statement
+-- that moved none (nearly every outcome write) reads it and writes nothing.
+CREATE OR REPLACE FUNCTION dispatcher_count_dead(p_delta bigint) RETURNS void
+LANGUAGE sql AS $$
+    UPDATE dispatcher_counts SET n = n + p_delta WHERE name = 'dead_letters' AND p_delta <> 0
+$$;
+
 CREATE OR REPLACE FUNCTION dispatcher_history_keys() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     EXECUTE dispatcher_dedup_keys_insert('arrived')
         USING dispatcher_dedup_window(), '-infinity'::timestamptz, 'infinity'::timestamptz;
+    PERFORM dispatcher_count_dead((SELECT count(*) FROM arrived WHERE status = 'dead_letter'));
     RETURN NULL;
 END $$;
 
@@ -79,6 +87,7 @@ BEGIN
     WHERE k.event_id = g.event_id AND k.endpoint_id = g.endpoint_id;
     DELETE FROM dispatcher_dedup_keys_1 k USING gone g
     WHERE k.event_id = g.event_id AND k.endpoint_id = g.endpoint_id;
+    PERFORM dispatcher_count_dead(-(SELECT count(*) FROM gone WHERE status = 'dead_letter'));
     RETURN NULL;
 END $$;
 
