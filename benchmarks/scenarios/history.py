@@ -14,7 +14,8 @@ payload store, over 50 endpoints. On each:
 3. each read an operator, the console or the portal makes
    (benchmarks.reads.READS), median of five after a warm-up;
 4. with the history only: retention of the oldest day, the drop of each
-   final status's partition past a 6-day retention, timed, while a
+   final status's, the attempt log's and the payload store's partition
+   past a 6-day retention, timed (and its rows per second), while a
    second connection enqueues and cancels one delivery at a time (a row
    into live, then through the trigger into history's parent): that loop's
    latency before and during the drop;
@@ -57,6 +58,11 @@ DAYS = 7
 # Kept by the drop of step 4: the day before the oldest goes.
 DROP_KEEP_S = 6 * 86400.0
 HISTORY_PARENTS = ("webhook_history_delivered", "webhook_history_dead", "webhook_history_cancelled")
+# The partitioned tables whose oldest day step 4 drops.
+DROP_PARENTS = (*HISTORY_PARENTS, "endpoint_latency", "event_payloads")
+# The fastest rate BENCHMARKS publishes (fast, EPYC host): retention must
+# remove rows at ten times it (issue 31).
+FASTEST_PER_S = 542_321 / 60
 
 
 async def fill(conn: asyncpg.Connection, rows: int) -> dict[str, float]:
@@ -186,12 +192,26 @@ async def drop_under_load(url: str) -> dict[str, Any]:
             lat[phase].append((time.perf_counter() - t0) * 1000)
             await asyncio.sleep(0.005)
 
+    # What each drop will take: its oldest partition past DROP_KEEP_S.
+    oldest = {
+        parent: await conn.fetchval(
+            "SELECT relname FROM dispatcher_partitions($1)"
+            " WHERE upper_bound <= now() - make_interval(secs => $2) ORDER BY upper_bound LIMIT 1",
+            parent,
+            DROP_KEEP_S,
+        )
+        for parent in DROP_PARENTS
+    }
+    rows = {
+        parent: await conn.fetchval(f'SELECT count(*) FROM "{leaf}"') if leaf else 0
+        for parent, leaf in oldest.items()
+    }
     task = asyncio.create_task(mover())
     try:
         await asyncio.sleep(3.0)
         phase = "during"
         drops: dict[str, Any] = {}
-        for parent in HISTORY_PARENTS:
+        for parent in DROP_PARENTS:
             t0 = time.perf_counter()
             row = await conn.fetchrow(
                 "SELECT * FROM dispatcher_day_partitions($1, 0, $2, 86400, NULL)",
@@ -199,9 +219,12 @@ async def drop_under_load(url: str) -> dict[str, Any]:
                 DROP_KEEP_S,
             )
             assert row is not None
+            took = time.perf_counter() - t0
             drops[parent] = {
                 "dropped": row["dropped"],
-                "s": round(time.perf_counter() - t0, 3),
+                "s": round(took, 3),
+                "rows": rows[parent] if row["dropped"] else 0,
+                "rows_per_s": round(rows[parent] / took) if row["dropped"] else 0,
             }
         await asyncio.sleep(1.0)
         stop.set()
@@ -296,7 +319,7 @@ async def run_history(bench: Bench, opts: Options) -> dict[str, Any]:
     ret = h["retention"]
     for parent, d in ret["drops"].items():
         table.append([f"drop of {parent}'s oldest day (s)", "", fmt(d["s"], 3),
-                      f"{d['dropped']} dropped"])  # fmt: skip
+                      f"{fmt_int(d['rows'])} rows, {fmt_int(d['rows_per_s'])}/s"])  # fmt: skip
     table.append(
         [
             "enqueue + cancel loop p50 / max, before the drop (ms)",
@@ -325,5 +348,8 @@ async def run_history(bench: Bench, opts: Options) -> dict[str, Any]:
         f"drain ratio >= 0.95: {ratio(rate_e, rate_h)}",
         f"every read < 100 ms with the history: slowest {slowest} ms",
         f"a day's drop < 1 s: slowest {max(d['s'] for d in ret['drops'].values())} s",
+        "rows removed >= 10 x the fastest delivery rate ("
+        f"{fmt_int(10 * FASTEST_PER_S)}/s): slowest drop "
+        f"{fmt_int(min(d['rows_per_s'] for d in ret['drops'].values() if d['rows']))}/s",
     ]
     return bench.finish(table, verdicts)

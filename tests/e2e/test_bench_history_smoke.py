@@ -32,4 +32,6 @@ async def test_bench_history_smoke(server_url: str) -> None:
     assert full["fill_s"]["history"] >= 0 and "history" not in empty["fill_s"]
     drops = full["retention"]["drops"]
     assert drops["webhook_history_delivered"]["dropped"] >= 1  # the oldest day
+    for parent in ("webhook_history_delivered", "endpoint_latency", "event_payloads"):
+        assert drops[parent]["rows"] > 0 and drops[parent]["rows_per_s"] > 0, parent
     assert full["retention"]["loop_during"]["n"] > 0
