@@ -65,10 +65,17 @@ $$;
 
 CREATE OR REPLACE FUNCTION dispatcher_history_keys() RETURNS trigger
 LANGUAGE plpgsql AS $$
+DECLARE
+    dead bigint;
 BEGIN
     EXECUTE dispatcher_dedup_keys_insert('arrived')
         USING dispatcher_dedup_window(), '-infinity'::timestamptz, 'infinity'::timestamptz;
-    PERFORM dispatcher_count_dead((SELECT count(*) FROM arrived WHERE status = 'dead_letter'));
+    -- Checked here, not in the function: an outcome write with no dead
+    -- letter (nearly all) plans no UPDATE.
+    dead := (SELECT count(*) FROM arrived WHERE status = 'dead_letter');
+    IF dead > 0 THEN
+        PERFORM dispatcher_count_dead(dead);
+    END IF;
     RETURN NULL;
 END $$;
 
