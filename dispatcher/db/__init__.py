@@ -5,7 +5,7 @@ Queries live in queries.sql as named blocks (`-- name: x`); the schema in
 schema/, as numbered migrations (tables and data, each applied once) and
 the repeatable files of schema/functions/ (functions and triggers, defined
 once and applied again whenever their text changes). The data-access
-modules (store for the worker's hot path, catalog for endpoints, events
+modules (store for the worker's hot path, upkeep for maintenance, catalog for endpoints, events
 and reports) bind the queries to connections. No other module runs SQL.
 
 Driver errors are classified here, once: `TRANSIENT` lists every error that
@@ -23,18 +23,31 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
-from asyncpg.pool import PoolConnectionProxy
 
 from dispatcher.core.dburl import check_database_url
 from dispatcher.core.errors import OperationalError
 from dispatcher.db import hosts
+from dispatcher.db.base import MAINTENANCE_LOCK as MAINTENANCE_LOCK
+from dispatcher.db.base import MIGRATION_LOCK as MIGRATION_LOCK
+from dispatcher.db.base import Conn as Conn
 from dispatcher.db.embedded import with_database
 
-# What every query function takes: a plain connection or one from a pool.
-Conn = asyncpg.Connection | PoolConnectionProxy
-
-MIGRATION_LOCK = 0x6469737061746368  # "dispatch"
-MAINTENANCE_LOCK = MIGRATION_LOCK + 1
+# The migration runner, re-exported (pyproject's mypy section lets this
+# package re-export): what callers have always reached as db.migrate,
+# db.migrations and the rest.
+from dispatcher.db.migrator import (  # noqa: F401
+    AFTER,
+    DAY_PARTITIONED,
+    HISTORY_PARTITIONED,
+    REPEATABLE_PREFIX,
+    UNUSABLE_PATTERN,
+    has_statements,
+    migrate,
+    migrations,
+    migrations_current,
+    repeatables,
+    require_schema,
+)
 
 # Connection-level failures: the socket, the server going away or refusing
 # connections (restart, failover, pg_terminate_backend), and asyncpg's own
@@ -306,22 +319,3 @@ async def recreate_database(server_url: str, name: str) -> str:
     finally:
         await conn.close()
     return url
-
-
-# The migration runner (migrator.py), re-exported (pyproject's mypy
-# section lets this package re-export): what callers have always reached as
-# db.migrate, db.migrations and the rest. Imported last: it takes Conn and
-# MIGRATION_LOCK from here.
-from dispatcher.db.migrator import (  # noqa: E402, F401
-    AFTER,
-    DAY_PARTITIONED,
-    HISTORY_PARTITIONED,
-    REPEATABLE_PREFIX,
-    UNUSABLE_PATTERN,
-    has_statements,
-    migrate,
-    migrations,
-    migrations_current,
-    repeatables,
-    require_schema,
-)

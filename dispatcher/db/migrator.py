@@ -20,7 +20,7 @@ import asyncpg
 from dispatcher.core.errors import BadInput, OperationalError
 from dispatcher.core.retention import Retention, partition_width_s, partitions_ahead
 from dispatcher.core.shaping import compile_success_body
-from dispatcher.db import MIGRATION_LOCK, Conn
+from dispatcher.db.base import MIGRATION_LOCK, Conn
 
 _MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 _REPEATABLE_NAME = re.compile(r"^[a-z0-9_]+\.sql$")

@@ -31,7 +31,8 @@ from dispatcher.core.retry import classify_status, parse_retry_after
 from dispatcher.core.shaping import SUCCESS_BODY_BYTES, body_matches
 from dispatcher.core.ssrf import UNRESOLVED, check_address
 from dispatcher.worker.attempterrors import attempt_error, refused_target
-from dispatcher.worker.brokers import BrokerMessage, Brokers
+from dispatcher.worker.brokers import Brokers
+from dispatcher.worker.brokers.link import BrokerMessage
 from dispatcher.worker.deadlines import Deadlines
 from dispatcher.worker.phases import CURRENT, Phases, TimedConnector
 from dispatcher.worker.tracing import Tracing

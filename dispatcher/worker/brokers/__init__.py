@@ -19,57 +19,24 @@ import random
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from dispatcher.core.destinations import AMQP, NATS, REDIS, BrokerTarget
 from dispatcher.core.errors import TargetRefused
 from dispatcher.core.models import AttemptResult, Verdict
 from dispatcher.core.ssrf import check_address, literal_address
 from dispatcher.worker.attempterrors import attempt_error, refused_target
+from dispatcher.worker.brokers.link import (
+    BrokerFailure,
+    BrokerMessage,
+    Connect,
+    Link,
+)
 
-# The shared vocabulary's word (SPEC "last_error") for a link the broker
-# closed under us.
-CONNECTION_LOST = "connection reset: the broker closed the connection"
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 30.0
 MAX_ERROR_LEN = 300
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerMessage:
-    """One attempt as a broker message: the body exactly as an HTTP
-    receiver gets it, and the signed headers (SPEC "Destinations")."""
-
-    body: bytes
-    headers: dict[str, str]
-    msg_id: str  # webhook-id
-    event_type: str
-    timestamp: int
-
-
-class BrokerFailure(Exception):
-    """A publish the broker refused or did not confirm: `word` is what is
-    stored (last_error), `permanent` whether retrying can help, `drop`
-    whether the link is unusable after it."""
-
-    def __init__(self, word: str, *, permanent: bool, drop: bool = False) -> None:
-        super().__init__(word)
-        self.word = word
-        self.permanent = permanent
-        self.drop = drop
-
-
-class Link(Protocol):
-    async def publish(self, target: BrokerTarget, msg: BrokerMessage) -> None:
-        """Returns once the broker holds the message durably; raises
-        BrokerFailure, or OSError / the client's connection errors."""
-
-    async def close(self) -> None: ...
-
-
-Connect = Callable[[BrokerTarget, str, "ssl.SSLContext | None"], Awaitable[Link]]
 
 
 def _connectors() -> dict[str, Connect]:

@@ -17,7 +17,7 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange
 
 from dispatcher.core.destinations import BrokerTarget
-from dispatcher.worker.brokers import CONNECTION_LOST, BrokerFailure, BrokerMessage
+from dispatcher.worker.brokers.link import CONNECTION_LOST, BrokerFailure, BrokerMessage
 
 CONNECT_TIMEOUT_S = 10.0
 

@@ -18,7 +18,7 @@ import nats.js.errors
 from nats.aio.client import Client
 
 from dispatcher.core.destinations import BrokerTarget
-from dispatcher.worker.brokers import CONNECTION_LOST, BrokerFailure, BrokerMessage
+from dispatcher.worker.brokers.link import CONNECTION_LOST, BrokerFailure, BrokerMessage
 
 CONNECT_TIMEOUT_S = 10
 # The endpoint's timeout (the sender's deadline) cuts a publish short; the

@@ -20,7 +20,7 @@ import redis.exceptions
 from redis.asyncio.connection import BlockingConnectionPool, SSLConnection
 
 from dispatcher.core.destinations import BrokerTarget
-from dispatcher.worker.brokers import CONNECTION_LOST, BrokerFailure, BrokerMessage
+from dispatcher.worker.brokers.link import CONNECTION_LOST, BrokerFailure, BrokerMessage
 
 CONNECT_TIMEOUT_S = 10.0
 POOL_SIZE = 16
