@@ -14,8 +14,12 @@
 LOCK TABLE webhook_live IN SHARE ROW EXCLUSIVE MODE;
 LOCK TABLE webhook_history IN SHARE ROW EXCLUSIVE MODE;
 
+-- A count is the sum of its rows: each change appends one (two flushes
+-- never wait on one row's lock, as they would during a storm of dead
+-- letters), and maintenance folds them into one row every round
+-- (dispatcher_fold_counts), so a read sums a handful.
 CREATE TABLE dispatcher_counts (
-    name text PRIMARY KEY,
+    name text NOT NULL,
     n    bigint NOT NULL
 );
 

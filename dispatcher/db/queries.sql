@@ -444,8 +444,8 @@ SELECT
     count(*) FILTER (WHERE status = 'in_flight') AS in_flight,
     -- History's dead letters are counted as they come and go (schema 029);
     -- live holds some only until an upgrade's backfill has moved them.
-    (SELECT n FROM dispatcher_counts WHERE name = 'dead_letters')
-        + count(*) FILTER (WHERE status = 'dead_letter') AS dead_letter,
+    dispatcher_count('dead_letters') + count(*) FILTER (WHERE status = 'dead_letter')
+        AS dead_letter,
     -- The last hour's outcomes from the endpoints' minutes (schema 020),
     -- not from a count of history; rows retrying come from the live queue.
     (SELECT coalesce(sum(delivered), 0) FROM last_hour) AS delivered_last_hour,
@@ -497,6 +497,10 @@ FROM (
 ) per_bucket
 GROUP BY endpoint_id, hour
 ON CONFLICT (endpoint_id, hour) DO NOTHING;
+
+-- name: fold_counts
+-- The counts' appended rows into one a count (schema 029).
+SELECT dispatcher_fold_counts();
 
 -- name: prune_minutes
 -- Past the window (and the two hours the health figures read) with an
@@ -702,7 +706,7 @@ SELECT
     (SELECT count(*) FROM webhook_live WHERE status = 'pending') AS pending,
     (SELECT count(*) FROM webhook_live WHERE status = 'failed') AS failed,
     (SELECT count(*) FROM webhook_live WHERE status = 'in_flight') AS in_flight,
-    (SELECT n FROM dispatcher_counts WHERE name = 'dead_letters')  -- as health_summary
+    dispatcher_count('dead_letters')  -- as health_summary
         + (SELECT count(*) FROM webhook_live WHERE status = 'dead_letter') AS dead_letter,
     (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM webhook_live
       WHERE status IN ('pending', 'failed', 'in_flight')

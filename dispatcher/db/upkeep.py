@@ -51,6 +51,7 @@ async def maintain(
         if not got:
             return None
         await conn.execute(Q["prune_minutes"], window_s)
+        await conn.execute(Q["fold_counts"])
         await conn.execute(Q["roll_up_hours"])
         await latency.refresh_percentiles(conn, window_s)
         await conn.execute(Q["prune_secrets"])

@@ -56,11 +56,26 @@ LANGUAGE sql STABLE AS $$
     SELECT make_interval(secs => (SELECT dedup_window_s FROM dispatcher_settings))
 $$;
 
--- The dead letters' count (schema 029) moves with the rows: a statement
--- that moved none (nearly every outcome write) reads it and writes nothing.
+-- The dead letters' count (schema 029) moves with the rows: one row
+-- appended for each change, none for a statement that moved none.
 CREATE OR REPLACE FUNCTION dispatcher_count_dead(p_delta bigint) RETURNS void
 LANGUAGE sql AS $$
-    UPDATE dispatcher_counts SET n = n + p_delta WHERE name = 'dead_letters' AND p_delta <> 0
+    INSERT INTO dispatcher_counts (name, n) SELECT 'dead_letters', p_delta WHERE p_delta <> 0
+$$;
+
+-- A count's rows folded into one, by maintenance (one worker at a time):
+-- rows appended meanwhile are not in its snapshot and stay, to be folded
+-- next time.
+CREATE OR REPLACE FUNCTION dispatcher_fold_counts() RETURNS void
+LANGUAGE sql AS $$
+    WITH gone AS (DELETE FROM dispatcher_counts RETURNING name, n)
+    INSERT INTO dispatcher_counts (name, n) SELECT name, sum(n) FROM gone GROUP BY name
+$$;
+
+-- What a count is: the sum of its rows.
+CREATE OR REPLACE FUNCTION dispatcher_count(p_name text) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(sum(n), 0)::bigint FROM dispatcher_counts WHERE name = p_name
 $$;
 
 CREATE OR REPLACE FUNCTION dispatcher_history_keys() RETURNS trigger
@@ -71,7 +86,7 @@ BEGIN
     EXECUTE dispatcher_dedup_keys_insert('arrived')
         USING dispatcher_dedup_window(), '-infinity'::timestamptz, 'infinity'::timestamptz;
     -- Checked here, not in the function: an outcome write with no dead
-    -- letter (nearly all) plans no UPDATE.
+    -- letter (nearly all) plans no INSERT.
     dead := (SELECT count(*) FROM arrived WHERE status = 'dead_letter');
     IF dead > 0 THEN
         PERFORM dispatcher_count_dead(dead);

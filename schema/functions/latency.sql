@@ -31,13 +31,16 @@ CREATE OR REPLACE FUNCTION dispatcher_count_minutes(
     p_code integer[], p_ms integer[]
 ) RETURNS void
 LANGUAGE sql AS $$
-    -- A minute the refresh's running window already merged, written again
-    -- (a rewrite after a failover, a back-dated import): the window is
-    -- merged anew at the next refresh. A flush of this minute reads one
-    -- row and writes none.
-    WITH stale AS (
-        UPDATE endpoint_window_state SET built_at = NULL
-        WHERE built_at IS NOT NULL AND hi > (SELECT min(m) FROM unnest(p_minute) m)
+    -- A minute written late, one the refresh's running window may hold
+    -- already (it holds those five minutes old and older; a rewrite after
+    -- a failover, a back-dated import): noted, and the window is merged
+    -- anew at the next refresh. Appended, not a flag updated: no writer
+    -- waits on another or on a refresh. A flush of the current minute
+    -- writes nothing here.
+    WITH late AS (
+        INSERT INTO endpoint_window_late (minute)
+        SELECT min(m) FROM unnest(p_minute) m
+        HAVING min(m) < date_trunc('minute', now()) - interval '4 minutes'
     )
     INSERT INTO endpoint_minutes AS m (endpoint_id, minute, attempts, answered_2xx, delivered,
                                        delivered_ms, dead, hist_b, hist_n)
@@ -127,16 +130,22 @@ $$;
 -- an endpoint, where merging the day's hours and the window's two partial
 -- hours at every call cost 105-156 ms for 50 busy endpoints. It is merged
 -- from scratch on its first use, an hour on (what a clamp at zero may have
--- hidden: a minute changed after it was merged, that is not through
--- dispatcher_count_minutes), when the window's length changed, and when
--- dispatcher_count_minutes wrote a minute it covers. Minutes are kept an
--- hour past the window (prune_minutes), so the ones to take out are there.
+-- hidden: a minute changed after it was merged other than through
+-- dispatcher_count_minutes), when the window's length changed, and after
+-- dispatcher_count_minutes noted a minute written late. Minutes are kept
+-- an hour past the window (prune_minutes), so the ones to take out are
+-- there. As before, a minute written into an hour already rolled up counts
+-- in the last-hour figures and not in that hour's row: the window may miss
+-- it (and, taking that minute out later, take its samples out of others
+-- of the bucket, clamped at zero) until the hour is the window's first,
+-- read as minutes, at a merge from scratch.
 CREATE OR REPLACE FUNCTION dispatcher_refresh_percentiles(p_window_s float8) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     v_cut timestamptz := now() - make_interval(secs => p_window_s);
     v_hi timestamptz := 'infinity';
     v_running boolean := p_window_s >= 7200;
+    v_late boolean;
     s endpoint_window_state;
 BEGIN
     -- One at a time: two moving the window at once would both take the
@@ -148,7 +157,12 @@ BEGIN
         v_hi := greatest(date_trunc('minute', now() - interval '5 minutes'),
                          (SELECT max(hour) + interval '1 hour' FROM endpoint_hours));
         SELECT * INTO s FROM endpoint_window_state;
-        IF s.one IS NULL OR s.built_at IS NULL OR s.built_at < now() - interval '1 hour'
+        -- The late minutes taken first: one written after this takes the
+        -- next refresh from scratch too.
+        WITH seen AS (DELETE FROM endpoint_window_late RETURNING 1)
+        SELECT count(*) > 0 INTO v_late FROM seen;
+        IF s.one IS NULL OR v_late OR s.built_at IS NULL
+           OR s.built_at < now() - interval '1 hour'
            OR s.window_s <> p_window_s OR s.lo > v_cut OR s.hi > v_hi
            OR s.lo < v_cut - interval '1 hour' THEN
             DELETE FROM endpoint_window;

@@ -130,12 +130,13 @@ BEGIN
                     '   AND p.id = w.payload_id AND p.created_at = w.payload_at',
                     r.relname) USING r.upper_bound;
             END IF;
-            EXECUTE format('LOCK TABLE %I IN ACCESS EXCLUSIVE MODE', p_parent);
             IF p_parent = 'webhook_history_dead' THEN
                 -- No trigger sees a DROP: its dead letters leave the count
-                -- here (one scan of a day, under the partition's lock).
+                -- here, under the partition's lock alone (no row comes or
+                -- goes meanwhile), before the parent's is taken.
                 EXECUTE format('SELECT dispatcher_count_dead(-count(*)) FROM %I', r.relname);
             END IF;
+            EXECUTE format('LOCK TABLE %I IN ACCESS EXCLUSIVE MODE', p_parent);
             EXECUTE format('DROP TABLE %I', r.relname);
             dropped := 1;
         EXCEPTION WHEN lock_not_available OR undefined_table OR deadlock_detected THEN NULL;

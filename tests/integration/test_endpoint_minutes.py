@@ -287,11 +287,12 @@ async def test_a_minute_written_again_is_merged_anew(conn: asyncpg.Connection) -
     await _attempts(conn, ep, 500, "3 hours", 1)
     await latency.refresh_percentiles(conn, WINDOW_S)
     assert (await _stored(conn, ep))["sample_count"] == 500
-    await _attempts(conn, ep, 40, "90 minutes", 2)  # all settled minutes
-    assert await conn.fetchval("SELECT built_at FROM endpoint_window_state") is None
+    await _attempts(conn, ep, 40, "90 minutes", 2)  # settled minutes, written late
+    assert await conn.fetchval("SELECT count(*) FROM endpoint_window_late") == 1
     await latency.refresh_percentiles(conn, WINDOW_S)
     got = await _stored(conn, ep)
     assert got["sample_count"] == 540
+    assert await conn.fetchval("SELECT count(*) FROM endpoint_window_late") == 0
     exact = await _exact(conn, ep)
     for want, have in zip(exact, (got["p50_ms"], got["p95_ms"], got["p99_ms"]), strict=True):
         assert abs(have - want) <= 0.02 * want
