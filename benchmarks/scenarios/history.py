@@ -135,6 +135,10 @@ async def fill(conn: asyncpg.Connection, rows: int) -> dict[str, float]:
     with contextlib.suppress(asyncpg.InsufficientPrivilegeError):
         await conn.execute("CHECKPOINT")
     took["vacuum_analyze_checkpoint"] = round(time.perf_counter() - t0, 1)
+    # What N of each cost on disk: a 100 M run needs ten times this free.
+    took["database_gb"] = round(
+        await conn.fetchval("SELECT pg_database_size(current_database())") / 1e9, 2
+    )
     return took
 
 
@@ -316,6 +320,8 @@ async def run_history(bench: Bench, opts: Options) -> dict[str, Any]:
     for name in READS:
         table.append([f"read: {name} (ms)", fmt(e["reads_ms"][name], 1),
                       fmt(h["reads_ms"][name], 1), ""])  # fmt: skip
+    table.append(["database size after the fill (GB)", fmt(e["fill_s"].get("database_gb"), 2),
+                  fmt(h["fill_s"].get("database_gb"), 2), ""])  # fmt: skip
     ret = h["retention"]
     for parent, d in ret["drops"].items():
         table.append([f"drop of {parent}'s oldest day (s)", "", fmt(d["s"], 3),
