@@ -13,7 +13,8 @@ its dead rows and the vacuum / autovacuum counts from pg_stat_user_tables;
 the sizes of history, the attempt log, the payload store and the dedup keys.
 
 Writes soak.json (everything), soak.csv (one row per interval) and soak.png
-(a chart, matplotlib) into --out-dir. Exit 0 when nothing was lost or sent
+(a chart, matplotlib) into --out-dir, and each interval's row as it is
+taken into soak-rows.jsonl there. Exit 0 when nothing was lost or sent
 twice; trends are for a reader to judge (the JSON has first/last ratios).
 """
 
@@ -232,6 +233,8 @@ async def soak_body(bench: Bench, opts: Options, a: argparse.Namespace) -> dict[
             name="bench-soak-load",
         )
         t0 = time.monotonic()
+        a.out_dir.mkdir(parents=True, exist_ok=True)
+        (a.out_dir / "soak-rows.jsonl").write_text("")
         since = await db_now(admin)
         last_done = 0
         try:
@@ -245,6 +248,10 @@ async def soak_body(bench: Bench, opts: Options, a: argparse.Namespace) -> dict[
                 offered, last_done = sum(done) - last_done, sum(done)
                 row = _row(time.monotonic() - t0, offered, win, rss, await tables(admin))
                 state["rows"].append(row)
+                # Kept as it is taken: a soak of hours that fails late
+                # still leaves what it measured.
+                with (a.out_dir / "soak-rows.jsonl").open("a") as f:
+                    f.write(json.dumps(row, default=str) + "\n")
                 progress(
                     f"soak: {row['t_min']:.1f} min lag p50/p99 {row['lag_p50_ms']}/"
                     f"{row['lag_p99_ms']} ms, rss {rss} MB, queue {row['queue_total_mb']} MB,"

@@ -62,6 +62,8 @@ async def window(conn: asyncpg.Connection, since: Any, until: Any) -> dict[str, 
 async def tables(conn: asyncpg.Connection) -> dict[str, dict[str, int]]:
     await conn.execute("SELECT pg_stat_clear_snapshot()")
     return {
-        r["table"]: {k: int(r[k]) for k in r.keys() if k != "table"}
+        # A leaf dropped between the statistics' snapshot and its size
+        # reads as NULL (a retention drop meets the sample): counted as 0.
+        r["table"]: {k: int(r[k] or 0) for k in r.keys() if k != "table"}
         for r in await conn.fetch(TABLES_SQL)
     }
