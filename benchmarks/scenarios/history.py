@@ -52,6 +52,7 @@ from ..producing import ENQUEUE_SQL, burst, close_all, connect_producers, enqueu
 from ..reads import READS, WINDOW_S, _median_ms
 
 ENDPOINTS = 50
+FILL_CHUNK = 5_000_000
 PRODUCERS = 16
 IDLE_S = 30.0
 DAYS = 7
@@ -87,7 +88,7 @@ async def fill(conn: asyncpg.Connection, rows: int) -> dict[str, float]:
     steps = {
         "payloads": (
             "INSERT INTO event_payloads (id, created_at, body)"
-            f" SELECT g, {span}, '{{\"n\": 1}}' FROM generate_series(1, $1) g"
+            f" SELECT g, {span}, '{{\"n\": 1}}' FROM generate_series($2, $3) g"
         ),
         # Each delivery references its payload (the fan-out form); 1 % dead.
         "history": (
@@ -101,14 +102,14 @@ async def fill(conn: asyncpg.Connection, rows: int) -> dict[str, float]:
             "  CASE WHEN g % 100 = 0 THEN NULL ELSE at END, at,"
             "  CASE WHEN g % 100 = 0 THEN 503 ELSE 200 END, 40 + g % 200,"
             "  CASE WHEN g % 100 = 0 THEN 'http_503' END, g, at, at"
-            f" FROM generate_series(1, $1) g, LATERAL (SELECT {span} AS at) t"
+            f" FROM generate_series($4, $5) g, LATERAL (SELECT {span} AS at) t"
         ),
         "attempts": (
             "INSERT INTO endpoint_latency (endpoint_id, response_ms, status_code, measured_at,"
             " delivery_id)"
             " SELECT $2 + g % $3, (exp(3.5 + 1.5 * random()))::int,"
             f"  CASE WHEN g % 50 = 0 THEN 503 ELSE 200 END, {span}, g"
-            " FROM generate_series(1, $1) g"
+            " FROM generate_series($4, $5) g"
         ),
     }
     if rows == 0:
@@ -117,7 +118,11 @@ async def fill(conn: asyncpg.Connection, rows: int) -> dict[str, float]:
     for name, sql in steps.items():
         t0 = time.perf_counter()
         args = (rows,) if name == "payloads" else (rows, first, ENDPOINTS)
-        await conn.execute(sql, *args)
+        # In chunks: one statement of 100 M rows would hold them all in
+        # history's trigger's transition table (temporary files the size
+        # of the table) on a disk the run needs for the table itself.
+        for lo in range(1, rows + 1, FILL_CHUNK):
+            await conn.execute(sql, *args, lo, min(lo + FILL_CHUNK - 1, rows))
         took[name] = round(time.perf_counter() - t0, 1)
         progress(f"fill: {rows:,} {name} in {took[name]:.0f} s")
     # What a steady flow's maintenance would have done meanwhile: the
