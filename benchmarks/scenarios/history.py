@@ -82,13 +82,13 @@ async def fill(conn: asyncpg.Connection, rows: int) -> dict[str, float]:
         await conn.execute(
             "SELECT dispatcher_day_partitions($1, 3, NULL, 86400, now() - $2 * interval '1 day')",
             parent,
-            DAYS + 1,
+            DAYS,  # the first day holding a row: each drop of step 4 takes rows
         )
     span = f"now() - (1 - g::float8 / $1) * interval '{DAYS} days'"
     steps = {
         "payloads": (
             "INSERT INTO event_payloads (id, created_at, body)"
-            f" SELECT g, {span}, '{{\"n\": 1}}' FROM generate_series($2, $3) g"
+            f" SELECT g, {span}, '{{\"n\": 1}}' FROM generate_series($2::bigint, $3::bigint) g"
         ),
         # Each delivery references its payload (the fan-out form); 1 % dead.
         "history": (
@@ -102,14 +102,14 @@ async def fill(conn: asyncpg.Connection, rows: int) -> dict[str, float]:
             "  CASE WHEN g % 100 = 0 THEN NULL ELSE at END, at,"
             "  CASE WHEN g % 100 = 0 THEN 503 ELSE 200 END, 40 + g % 200,"
             "  CASE WHEN g % 100 = 0 THEN 'http_503' END, g, at, at"
-            f" FROM generate_series($4, $5) g, LATERAL (SELECT {span} AS at) t"
+            f" FROM generate_series($4::bigint, $5::bigint) g, LATERAL (SELECT {span} AS at) t"
         ),
         "attempts": (
             "INSERT INTO endpoint_latency (endpoint_id, response_ms, status_code, measured_at,"
             " delivery_id)"
             " SELECT $2 + g % $3, (exp(3.5 + 1.5 * random()))::int,"
             f"  CASE WHEN g % 50 = 0 THEN 503 ELSE 200 END, {span}, g"
-            " FROM generate_series($4, $5) g"
+            " FROM generate_series($4::bigint, $5::bigint) g"
         ),
     }
     if rows == 0:
