@@ -5,8 +5,9 @@ Queries live in queries.sql as named blocks (`-- name: x`); the schema in
 schema/, as numbered migrations (tables and data, each applied once) and
 the repeatable files of schema/functions/ (functions and triggers, defined
 once and applied again whenever their text changes). The data-access
-modules (store for the worker's hot path, upkeep for maintenance, catalog for endpoints, events
-and reports) bind the queries to connections. No other module runs SQL.
+modules (store for the worker's hot path, upkeep for maintenance, catalog
+for endpoints, events and reports) bind the queries to connections. No
+other module runs SQL.
 
 Driver errors are classified here, once: `TRANSIENT` lists every error that
 means "the database or the connection to it failed" (retry later), as
