@@ -1,7 +1,7 @@
 """Dead letters as a data set: which pattern an endpoint's dead letters form.
 
-Pure: timestamps (epoch seconds) and status codes in, a pattern name and the
-action a person should take out.
+Pure: timestamps (epoch seconds) and status codes in, or their counts, a
+pattern name and the action a person should take out.
 """
 
 from __future__ import annotations
@@ -25,14 +25,18 @@ class Pattern:
     action: str
 
 
-def _max_in_window(times: Sequence[float], window: float) -> int:
-    ts = sorted(times)
+def _max_in_window(when: Sequence[tuple[float, int]], window: float) -> int:
+    """The most letters within `window` seconds of one another; `when`:
+    (time, letters at that time), in time order."""
     best = 0
+    inside = 0
     lo = 0
-    for hi, t in enumerate(ts):
-        while t - ts[lo] > window:
+    for t, k in when:
+        inside += k
+        while t - when[lo][0] > window:
+            inside -= when[lo][1]
             lo += 1
-        best = max(best, hi - lo + 1)
+        best = max(best, inside)
     return best
 
 
@@ -84,10 +88,34 @@ def classify(
     `primary_error`: their most common last_error; `success_share`: the
     share of the endpoint's attempts answered 2xx over the same span (None:
     not known, and then no claim is made about every attempt)."""
-    n = len(times)
+    return classify_counted(
+        sorted(Counter(times).items()),
+        Counter(c for c in codes if c is not None),
+        first_at=min(times, default=None),
+        primary_error=primary_error,
+        success_share=success_share,
+        endpoint_id=endpoint_id,
+    )
+
+
+def classify_counted(
+    when: Sequence[tuple[float, int]],
+    counted: Counter[int],
+    *,
+    first_at: float | None,
+    primary_error: str | None = None,
+    success_share: float | None = None,
+    endpoint_id: int | None = None,
+) -> Pattern:
+    """`classify` from counts, as the database hands them over: `when`, in
+    time order, how many letters died at each time (a five-minute bucket's
+    start, so a cluster's hour may reach up to five minutes further);
+    `counted`, how many ended with each status code. The work is bounded by
+    the buckets in the span, not by the letters."""
+    n = sum(k for _, k in when)
     if n == 0:
         return Pattern(name="none", action="nothing to do")
-    replay = f"`{replay_command(endpoint_id, min(times))}`"
+    replay = f"`{replay_command(endpoint_id, first_at)}`"
     if primary_error is not None and primary_error.startswith(REFUSED_PREFIX):
         return Pattern(
             name="refused-target",
@@ -107,7 +135,6 @@ def classify(
                 f"producer (or the template), then {replay}"
             ),
         )
-    counted = Counter(c for c in codes if c is not None)
     if counted:
         code, hits = counted.most_common(1)[0]
         if hits >= CODE_SHARE * n and 400 <= code < 500 and code not in (408,):
@@ -131,7 +158,7 @@ def classify(
     if (
         not was_up
         and n >= CLUSTER_MIN
-        and _max_in_window(times, CLUSTER_WINDOW_S) >= CLUSTER_SHARE * n
+        and _max_in_window(when, CLUSTER_WINDOW_S) >= CLUSTER_SHARE * n
     ):
         return Pattern(
             name="cluster",

@@ -72,7 +72,7 @@ class HealthSummary:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DeadLetterGroup:
-    """Dead letters of one endpoint, with the series the pattern analysis reads."""
+    """Dead letters of one endpoint, with the counts the pattern analysis reads."""
 
     endpoint_id: int
     dead: int
@@ -81,8 +81,12 @@ class DeadLetterGroup:
     first_at: datetime
     last_at: datetime
     avg_attempts: float
+    # When letters died (epoch s: a five-minute bucket's start, or a letter's
+    # own time at the span's edge), and how many then.
     times: list[float]
-    codes: list[int | None]
+    time_counts: list[int]
+    codes: list[int]  # the last status codes, most frequent first
+    code_counts: list[int]
     success_share: float | None  # 2xx share of the endpoint's attempts meanwhile
     app: str | None
 

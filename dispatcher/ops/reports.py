@@ -8,10 +8,11 @@ lists), the same for every entry point. Never runs SQL.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from dispatcher.core.attemptdetail import attempt_doc
-from dispatcher.core.dlq import classify
+from dispatcher.core.dlq import classify_counted
 from dispatcher.core.errors import BadInput
 from dispatcher.core.rows import QueueGauges, as_dict
 from dispatcher.db import Conn, catalog
@@ -69,9 +70,10 @@ async def dlq_analyze(conn: Conn, hours: float | None = None) -> list[dict[str, 
         raise BadInput(f"hours must be positive and at most {MAX_DLQ_HOURS:g}")
     out = []
     for g in await catalog.dead_letters_by_endpoint(conn, span):
-        pattern = classify(
-            g.times,
-            g.codes,
+        pattern = classify_counted(
+            list(zip(g.times, g.time_counts, strict=True)),
+            Counter(dict(zip(g.codes, g.code_counts, strict=True))),
+            first_at=g.first_at.timestamp(),
             primary_error=g.primary_error,
             success_share=g.success_share,
             endpoint_id=g.endpoint_id,

@@ -63,19 +63,67 @@ LANGUAGE sql AS $$
     INSERT INTO dispatcher_counts (name, n) SELECT 'dead_letters', p_delta WHERE p_delta <> 0
 $$;
 
--- A count's rows folded into one, by maintenance (one worker at a time):
--- rows appended meanwhile are not in its snapshot and stay, to be folded
--- next time.
+-- A count's rows folded into one, and the dead letters' deltas into their
+-- buckets (schema 030), by maintenance (one worker at a time): rows
+-- appended meanwhile are not in its snapshot and stay, to be folded next
+-- time.
 CREATE OR REPLACE FUNCTION dispatcher_fold_counts() RETURNS void
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+BEGIN
     WITH gone AS (DELETE FROM dispatcher_counts RETURNING name, n)
-    INSERT INTO dispatcher_counts (name, n) SELECT name, sum(n) FROM gone GROUP BY name
-$$;
+    INSERT INTO dispatcher_counts (name, n) SELECT name, sum(n) FROM gone GROUP BY name;
+    WITH gone AS (DELETE FROM dead_letter_deltas RETURNING *),
+    summed AS (
+        SELECT endpoint_id, bucket, last_status_code, last_error, sum(n) AS n,
+               sum(attempts) AS attempts
+        FROM gone GROUP BY 1, 2, 3, 4
+    ), kept AS (
+        UPDATE dead_letter_buckets b
+        SET n = b.n + s.n, attempts = b.attempts + s.attempts
+        FROM summed s
+        WHERE b.bucket = s.bucket AND b.endpoint_id = s.endpoint_id
+          AND b.last_status_code IS NOT DISTINCT FROM s.last_status_code
+          AND b.last_error IS NOT DISTINCT FROM s.last_error
+        RETURNING s.*
+    )
+    INSERT INTO dead_letter_buckets
+    SELECT s.* FROM summed s
+    WHERE s.n <> 0 AND NOT EXISTS (
+        SELECT 1 FROM kept k
+        WHERE k.bucket = s.bucket AND k.endpoint_id = s.endpoint_id
+          AND k.last_status_code IS NOT DISTINCT FROM s.last_status_code
+          AND k.last_error IS NOT DISTINCT FROM s.last_error);
+    DELETE FROM dead_letter_buckets WHERE n <= 0;
+END $$;
 
 -- What a count is: the sum of its rows.
 CREATE OR REPLACE FUNCTION dispatcher_count(p_name text) RETURNS bigint
 LANGUAGE sql STABLE AS $$
     SELECT coalesce(sum(n), 0)::bigint FROM dispatcher_counts WHERE name = p_name
+$$;
+
+-- Which five minutes a dead letter is counted in (schema 030).
+CREATE OR REPLACE FUNCTION dispatcher_dead_bucket(p_at timestamptz) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT date_bin('5 minutes', p_at, timestamptz '2000-01-01 00:00+00')
+$$;
+
+-- The statement that counts the dead letters of p_source (a transition
+-- table, a partition, or a CTE p_with defines) into dead_letter_deltas,
+-- arriving (p_sign 1) or leaving (-1), and returns how many, signed: the
+-- triggers, the partition drop and the prune share it.
+CREATE OR REPLACE FUNCTION dispatcher_dead_deltas_insert(
+    p_source text, p_sign integer, p_with text DEFAULT ''
+) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT format(
+        'WITH %s counted AS (INSERT INTO dead_letter_deltas'
+        '  (endpoint_id, bucket, last_status_code, last_error, n, attempts)'
+        ' SELECT endpoint_id, dispatcher_dead_bucket(updated_at), last_status_code, last_error,'
+        '  %s * count(*), %s * sum(attempt_count)'
+        ' FROM %s WHERE status = ''dead_letter'' GROUP BY 1, 2, 3, 4 RETURNING n)'
+        ' SELECT coalesce(sum(n), 0)::bigint FROM counted',
+        p_with, p_sign, p_sign, p_source)
 $$;
 
 CREATE OR REPLACE FUNCTION dispatcher_history_keys() RETURNS trigger
@@ -87,8 +135,8 @@ BEGIN
         USING dispatcher_dedup_window(), '-infinity'::timestamptz, 'infinity'::timestamptz;
     -- Checked here, not in the function: an outcome write with no dead
     -- letter (nearly all) plans no INSERT.
-    dead := (SELECT count(*) FROM arrived WHERE status = 'dead_letter');
-    IF dead > 0 THEN
+    IF EXISTS (SELECT FROM arrived WHERE status = 'dead_letter') THEN
+        EXECUTE dispatcher_dead_deltas_insert('arrived', 1) INTO dead;
         PERFORM dispatcher_count_dead(dead);
     END IF;
     RETURN NULL;
@@ -104,12 +152,17 @@ CREATE OR REPLACE TRIGGER webhook_history_keys AFTER INSERT ON webhook_history
 -- Not the hot path: the outcome write only inserts.
 CREATE OR REPLACE FUNCTION dispatcher_history_keys_gone() RETURNS trigger
 LANGUAGE plpgsql AS $$
+DECLARE
+    dead bigint;
 BEGIN
     DELETE FROM dispatcher_dedup_keys_0 k USING gone g
     WHERE k.event_id = g.event_id AND k.endpoint_id = g.endpoint_id;
     DELETE FROM dispatcher_dedup_keys_1 k USING gone g
     WHERE k.event_id = g.event_id AND k.endpoint_id = g.endpoint_id;
-    PERFORM dispatcher_count_dead(-(SELECT count(*) FROM gone WHERE status = 'dead_letter'));
+    IF EXISTS (SELECT FROM gone WHERE status = 'dead_letter') THEN
+        EXECUTE dispatcher_dead_deltas_insert('gone', -1) INTO dead;
+        PERFORM dispatcher_count_dead(dead);
+    END IF;
     RETURN NULL;
 END $$;
 

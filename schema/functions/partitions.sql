@@ -61,6 +61,7 @@ DECLARE
     lo timestamptz;
     hi timestamptz;
     part text;
+    gone bigint;
     r record;
 BEGIN
     created := 0;
@@ -132,9 +133,11 @@ BEGIN
             END IF;
             IF p_parent = 'webhook_history_dead' THEN
                 -- No trigger sees a DROP: its dead letters leave the count
-                -- here, under the partition's lock alone (no row comes or
-                -- goes meanwhile), before the parent's is taken.
-                EXECUTE format('SELECT dispatcher_count_dead(-count(*)) FROM %I', r.relname);
+                -- and their buckets (schema 030) here, under the
+                -- partition's lock alone (no row comes or goes meanwhile),
+                -- before the parent's is taken.
+                EXECUTE dispatcher_dead_deltas_insert(quote_ident(r.relname), -1) INTO gone;
+                PERFORM dispatcher_count_dead(gone);
             END IF;
             EXECUTE format('LOCK TABLE %I IN ACCESS EXCLUSIVE MODE', p_parent);
             EXECUTE format('DROP TABLE %I', r.relname);
@@ -167,15 +170,22 @@ BEGIN
         CONTINUE WHEN NOT r.is_default
                   AND (r.lower_bound IS NULL OR r.lower_bound >= cutoff
                        OR r.upper_bound - r.lower_bound <= make_interval(secs => p_width_s));
-        EXECUTE format('DELETE FROM %I WHERE ctid = ANY (ARRAY('
-                       'SELECT ctid FROM %I WHERE %I < $1 LIMIT $2))',
-                       r.relname, r.relname, p_column) USING cutoff, p_batch;
-        GET DIAGNOSTICS n = ROW_COUNT;
-        total := total + n;
-        -- A statement on a partition fires none of its parent's triggers.
         IF p_parent = 'webhook_history_dead' THEN
-            PERFORM dispatcher_count_dead(-n);
+            -- A statement on a partition fires none of its parent's
+            -- triggers: the count and the buckets (schema 030) here.
+            EXECUTE dispatcher_dead_deltas_insert('gone', -1, format(
+                'gone AS (DELETE FROM %I WHERE ctid = ANY (ARRAY('
+                'SELECT ctid FROM %I WHERE %I < $1 LIMIT $2)) RETURNING *),',
+                r.relname, r.relname, p_column)) INTO n USING cutoff, p_batch;
+            PERFORM dispatcher_count_dead(n);
+            n := -n;
+        ELSE
+            EXECUTE format('DELETE FROM %I WHERE ctid = ANY (ARRAY('
+                           'SELECT ctid FROM %I WHERE %I < $1 LIMIT $2))',
+                           r.relname, r.relname, p_column) USING cutoff, p_batch;
+            GET DIAGNOSTICS n = ROW_COUNT;
         END IF;
+        total := total + n;
     END LOOP;
     RETURN total;
 END $$;

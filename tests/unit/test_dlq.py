@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatcher.core.dlq import classify
+from dispatcher.core.dlq import _max_in_window, classify, classify_counted
 
 H = 3600.0
 
@@ -130,3 +132,22 @@ def test_no_answer_at_all_is_down_unless_a_cluster() -> None:
     many = classify([i * 60.0 for i in range(12)], [None] * 12,
                     primary_error="timeout after 15000 ms", success_share=0.0)  # fmt: skip
     assert many.name == "cluster"
+
+
+@given(st.lists(st.integers(0, 5 * 3600), max_size=80), st.integers(1, 3600))
+def test_the_counted_window_counts_what_a_pairwise_look_counts(
+    times: list[int], window: int
+) -> None:
+    # Letters at the same second folded into one count, as the database
+    # hands them over: the most within `window` of one another is the same.
+    pairwise = max((sum(1 for u in times if 0 <= u - t <= window) for t in times), default=0)
+    assert _max_in_window(sorted(Counter(map(float, times)).items()), window) == pairwise
+
+
+def test_counted_and_listed_letters_classify_alike() -> None:
+    times = [i * 60.0 for i in range(20)]
+    listed = classify(times, [500] * 20, endpoint_id=5)
+    counted = classify_counted(
+        [(t, 1) for t in times], Counter({500: 20}), first_at=0.0, endpoint_id=5
+    )
+    assert counted == listed
