@@ -27,7 +27,7 @@ demo: install
 lint: install
 	$(BIN)/ruff check dispatcher tests benchmarks
 	$(BIN)/ruff format --check dispatcher tests benchmarks
-	$(BIN)/mypy dispatcher
+	$(BIN)/mypy dispatcher benchmarks
 	$(BIN)/lint-imports
 
 format: install

@@ -160,7 +160,8 @@ class Redis(Broker):
 
     async def publisher(self) -> Callable[[str, bytes, dict[str, str]], Awaitable[None]]:
         async def publish(event_id: str, body: bytes, headers: dict[str, str]) -> None:
-            await self.r.xadd(self.key, {"body": body, **headers})
+            fields: dict[Any, Any] = {"body": body, **headers}
+            await self.r.xadd(self.key, fields)
 
         return publish
 

@@ -114,6 +114,7 @@ async def run_one(server: str, fanout: int, events: int, size: int) -> dict[str,
         table = await conn.fetchval(f"SELECT {QUEUE}::text")
         await conn.execute(f"VACUUM ANALYZE {table}")
         sizes = await conn.fetchrow(SIZES)
+        assert sizes is not None  # one row, always
         deliveries = await conn.fetchval("SELECT count(*) FROM webhook_queue")
         claims = await claim_times(conn, 40, endpoints, limit=500)
         return {

@@ -32,10 +32,10 @@ from typing import Any
 import asyncpg
 
 from dispatcher import db
+from dispatcher.core.retention import Retention
 from dispatcher.db import upkeep
 from dispatcher.db.embedded import with_database
 from dispatcher.ops import reports
-from dispatcher.settings import Retention
 
 ENDPOINTS = 50
 PENDING = 2000

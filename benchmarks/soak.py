@@ -244,7 +244,8 @@ async def soak_body(bench: Bench, opts: Options, a: argparse.Namespace) -> dict[
                 until = await db_now(admin)
                 win = await window(admin, since, until)
                 since = until
-                rss = _rss_mb(run_pid()) if run_pid() else None
+                pid = run_pid()
+                rss = _rss_mb(pid) if pid else None
                 offered, last_done = sum(done) - last_done, sum(done)
                 row = _row(time.monotonic() - t0, offered, win, rss, await tables(admin))
                 state["rows"].append(row)

@@ -79,7 +79,7 @@ async def run_held(bench: Bench, opts: Options) -> dict[str, Any]:
 
     def total(case: str) -> float:
         ms = runs[case]
-        return sum(m["delivered"] for m in ms) / sum(m["seconds"] for m in ms) * 60
+        return float(sum(m["delivered"] for m in ms) / sum(m["seconds"] for m in ms) * 60)
 
     rate = {case: total(case) for case in runs}
     ratio = rate["held"] / rate["none"]

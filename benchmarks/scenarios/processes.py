@@ -39,7 +39,7 @@ async def run_processes(bench: Bench, opts: Options) -> dict[str, Any]:
         max_in_flight=mif,
         endpoint_max_in_flight=ep_mif,
     )
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for label, args in (("1 process", ()), ("--processes 2", ("--processes", "2"))):
         rcv = await bench.receiver(f"receiver-{len(out)}")
         eps = [EndpointDef("/hook", rcv, max_in_flight=ep_mif)]
