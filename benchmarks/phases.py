@@ -20,7 +20,7 @@ from typing import Any
 from .bench import Bench, EndpointDef, run_argv
 from .database import db_results, status_totals
 from .errors import BenchError
-from .meters import Meter, phase_metrics, settle
+from .meters import Meter, phase_metrics
 from .output import fmt, fmt_int, progress, rate_since
 from .processes import dispatcher_argv, last_line
 from .receiver_control import Receiver
@@ -160,7 +160,7 @@ async def raw_ceiling(
         if bench.run_limit_s() < 45 and not bench.opts.smoke:
             progress("raw: skipped, the overall timeout is near")
             break
-        await settle()
+        await bench.settle()
         progress(
             f"raw: pass {i + 1}/{passes}, {clients} x {requests:,} requests, "
             f"concurrency {concurrency} each"

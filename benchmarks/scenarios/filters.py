@@ -18,7 +18,6 @@ from typing import Any
 import asyncpg
 
 from ..bench import Bench, EndpointDef, Options, scenario
-from ..meters import settle
 from ..output import fmt_int, progress, verdict
 from ..payloads import postback_payload
 from ..producing import ENQUEUE_SQL, burst, close_all, connect_producers, enqueue_args
@@ -56,8 +55,7 @@ async def run_filters(bench: Bench, opts: Options) -> dict[str, Any]:
     conns = await connect_producers(bench.bench_url, n_prod)
     totals = {"none": [0, 0.0, 0], "filtered": [0, 0.0, 0]}
     try:
-        if not opts.smoke:
-            await settle()
+        await bench.settle()
         shares = [events // ROUNDS + (1 if r < events % ROUNDS else 0) for r in range(ROUNDS)]
         for rnd, share in enumerate(shares):
             for case in ("none", "filtered"):

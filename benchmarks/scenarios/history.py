@@ -9,7 +9,7 @@ payload store, over 50 endpoints. On each:
 1. enqueue: 16 producers, one `dispatcher_enqueue` per transaction (as the
    producers scenario), `--events` / 4 transactions; the rows are removed
    after;
-2. an idle worker (`dispatcher run`, nothing due) for 30 s (smoke: 5): PostgreSQL's
+2. an idle worker (`dispatcher run`, nothing due) for 30 s (smoke: 2): PostgreSQL's
    CPU seconds meanwhile (the bench database's backends);
 3. each read an operator, the console or the portal makes
    (benchmarks.reads.READS), median of five after a warm-up;
@@ -43,7 +43,7 @@ from dispatcher.core.retention import Retention
 from dispatcher.db import upkeep
 
 from ..bench import Bench, EndpointDef, Options, scenario
-from ..meters import PgCpu, settle
+from ..meters import PgCpu
 from ..output import fmt, fmt_int, progress
 from ..payloads import postback_payload
 from ..phases import drain_phase
@@ -163,7 +163,8 @@ async def idle_cpu(bench: Bench, seconds: float) -> float:
     """The bench database's PostgreSQL CPU seconds while a worker idles."""
     proc, _, _ = bench.children.spawn(dispatcher_argv("run"), name="idle")
     try:
-        await asyncio.sleep(5.0)  # started, its first maintenance round done
+        # Started, its first maintenance round done (a smoke run measures nothing).
+        await asyncio.sleep(1.0 if bench.opts.smoke else 5.0)
         cpu = PgCpu(bench.opts.db_name)
         cpu.sample()
         for _ in range(int(seconds)):
@@ -266,7 +267,7 @@ async def reads(url: str) -> dict[str, float]:
 async def run_history(bench: Bench, opts: Options) -> dict[str, Any]:
     rows = bench.size("rows", 10_000_000, 20_000)
     events = bench.size("events", 100_000, 2_000)
-    idle_s = 5.0 if opts.smoke else IDLE_S
+    idle_s = 2.0 if opts.smoke else IDLE_S
     bench.report.update(
         title=f"a week of history ({rows:,} deliveries, attempts and payloads) vs empty:"
         f" enqueue, idle worker, reads, a day's drop, drain of {events:,} events",
@@ -285,7 +286,7 @@ async def run_history(bench: Bench, opts: Options) -> dict[str, Any]:
                 got["fill_s"] = await fill(conn, rows if side == "history" else 0)
             finally:
                 await conn.close()
-            await settle()
+            await bench.settle()
             progress(f"{side}: enqueue, {PRODUCERS} producers")
             got["enqueue_tps"] = round(
                 await enqueue_rate(bench.bench_url, max(events // 4, 400), payload), 1

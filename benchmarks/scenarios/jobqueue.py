@@ -32,7 +32,7 @@ from dispatcher.db.embedded import with_database
 from ..bench import Bench, EndpointDef, Options, scenario
 from ..database import create_database, drop_database
 from ..errors import BenchError
-from ..meters import Meter, phase_metrics, settle
+from ..meters import Meter, phase_metrics
 from ..output import fmt, fmt_int, progress, rate_since, verdict
 from ..phases import check_phase, drain_phase
 from ..receiver_control import Receiver
@@ -89,7 +89,7 @@ async def procrastinate_phase(
     await create_database(bench.admin_url, name)
     try:
         await bench.children.run(worker_argv("schema", db_url), name="pq-schema", timeout_s=60)
-        await settle()
+        await bench.settle()
         # Timed as `dispatcher enqueue --file` is, by its process's wall time;
         # the bulk call's own time is kept besides.
         res = await bench.children.run(

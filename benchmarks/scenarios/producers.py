@@ -30,7 +30,6 @@ from ..bench import Bench, EndpointDef, Options, scenario
 from ..database import Progress, db_results
 from ..driven import run_driven
 from ..errors import BenchError
-from ..meters import settle
 from ..output import fmt, fmt_int, progress, verdict
 from ..payloads import postback_payload
 from ..processes import dispatcher_argv
@@ -210,8 +209,7 @@ async def _measure(
     for c in counts:
         conns = await connect_producers(bench.bench_url, c)
         try:
-            if not opts.smoke:
-                await settle()
+            await bench.settle()
             totals = by_count[c] = {k: [0, 0.0] for k in KINDS}
             total = sizes[c]
             shares = [total // ROUNDS + (1 if r < total % ROUNDS else 0) for r in range(ROUNDS)]

@@ -34,7 +34,6 @@ import asyncpg
 from ..bench import Bench, EndpointDef, Options, run_argv, scenario
 from ..database import bulk_queue, db_results
 from ..driven import run_driven
-from ..meters import settle
 from ..output import fmt, fmt_int, pct, progress, verdict
 from ..payloads import postback_payload
 from ..processes import dispatcher_argv, engine_stats
@@ -133,8 +132,7 @@ async def _phase(
     load_s = await bulk_queue(bench.bench_url, a_ids, events, prefix=f"a-{run_id}-",
                               event_type=EVENT_TYPE, payload=payload)  # fmt: skip
     progress(f"{label}: a's {events:,} events written in {load_s:.2f} s")
-    if not bench.opts.smoke:
-        await settle()
+    await bench.settle()
     before_a = await rcv_a.stats()
     before_b = None if rcv_b is None else await rcv_b.stats()
     commits: dict[tuple[int, int], float] = {}
