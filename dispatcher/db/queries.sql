@@ -582,6 +582,11 @@ WITH letters AS (
     WHERE status = 'dead_letter' AND finished_at > now() - make_interval(secs => $1)
       AND finished_at < dispatcher_dead_bucket(now() - make_interval(secs => $1))
                         + interval '5 minutes'
+      -- The buckets go by updated_at (a dead letter's finished_at, unless
+      -- a hand edit made them differ); finished_at prunes the partitions.
+      AND updated_at > now() - make_interval(secs => $1)
+      AND updated_at < dispatcher_dead_bucket(now() - make_interval(secs => $1))
+                       + interval '5 minutes'
     UNION ALL
     SELECT endpoint_id, updated_at, last_status_code, last_error, 1, attempt_count
     FROM webhook_live
@@ -632,12 +637,17 @@ CROSS JOIN LATERAL (
                     AND updated_at > now() - make_interval(secs => $1))) AS first_at,
            greatest((SELECT max(updated_at) FROM webhook_history
                      WHERE status = 'dead_letter' AND endpoint_id = d.endpoint_id
-                       AND finished_at > now() - make_interval(secs => $1)),
+                       AND finished_at > now() - make_interval(secs => $1)
+                       AND updated_at > now() - make_interval(secs => $1)),
                     (SELECT max(updated_at) FROM webhook_live
-                     WHERE status = 'dead_letter' AND endpoint_id = d.endpoint_id)) AS last_at
+                     WHERE status = 'dead_letter' AND endpoint_id = d.endpoint_id
+                       AND updated_at > now() - make_interval(secs => $1))) AS last_at
 ) f
 LEFT JOIN codes c USING (endpoint_id)
 LEFT JOIN errors r USING (endpoint_id)
+-- Counts a hand edit put out of step with the letters (a row changed in
+-- place, a leaf written directly) name no letter: left out, not a crash.
+WHERE f.first_at IS NOT NULL
 ORDER BY d.endpoint_id;
 
 -- name: replay_ids

@@ -175,7 +175,9 @@ BEGIN
             -- triggers: the count and the buckets (schema 030) here.
             EXECUTE dispatcher_dead_deltas_insert('gone', -1, format(
                 'gone AS (DELETE FROM %I WHERE ctid = ANY (ARRAY('
-                'SELECT ctid FROM %I WHERE %I < $1 LIMIT $2)) RETURNING *),',
+                'SELECT ctid FROM %I WHERE %I < $1 LIMIT $2))'
+                ' RETURNING status, endpoint_id, updated_at, last_status_code, last_error,'
+                '  attempt_count),',
                 r.relname, r.relname, p_column)) INTO n USING cutoff, p_batch;
             PERFORM dispatcher_count_dead(n);
             n := -n;

@@ -79,3 +79,23 @@ async def test_analyze_counts_what_the_letters_say(
     assert await conn.fetchval("SELECT count(*) FROM dead_letter_deltas") == 0
     assert await conn.fetchval("SELECT count(*) FROM dead_letter_buckets WHERE n <= 0") == 0
     assert await _agrees(conn, endpoint) == len(AGES) - 4
+
+
+async def test_a_truncated_history_takes_its_counts_and_a_stray_count_is_left_out(
+    conn: asyncpg.Connection, receiver: Receiver
+) -> None:
+    endpoint, _ = await add_endpoint(conn, receiver.url("/r"))
+    await catalog.enqueue_bulk(conn, [(f"t{i}", "t", "{}", None) for i in range(3)])
+    await conn.execute("UPDATE webhook_queue SET status = 'dead_letter'")
+    assert (await _analyzed(conn, endpoint))["dead"] == 3
+    await conn.execute("TRUNCATE webhook_history")
+    assert await conn.fetchval("SELECT count(*) FROM dead_letter_deltas") == 0
+    assert await conn.fetchval("SELECT dispatcher_count('dead_letters')") == 0
+    assert await reports.dlq_analyze(conn, SPAN_H) == []
+    # A count with no letter behind it (a hand edit of history's rows in
+    # place): not reported, and the report does not fail.
+    await conn.execute(
+        "INSERT INTO dead_letter_deltas VALUES ($1, dispatcher_dead_bucket(now()), 500,"
+        " 'x', 2, 2)", endpoint
+    )  # fmt: skip
+    assert await reports.dlq_analyze(conn, SPAN_H) == []
