@@ -56,7 +56,11 @@ class Receiver:
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
+        # The receiver ends on its own (a bounded loop), but never before the
+        # run it serves: its default hour killed the soaks at minute 60.
+        lifetime = max(self.children.remaining(), 0.0) + 120.0
         argv = [sys.executable, "-m", "benchmarks.receiver", "--port", "0"]
+        argv += ["--max-lifetime-s", f"{lifetime:.0f}"]
         if self.latency_ms:
             argv += ["--latency-ms", str(self.latency_ms)]
         if self.status != 200:
