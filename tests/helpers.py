@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import socket
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -135,10 +136,33 @@ async def admin_api(
         await runner.cleanup()
 
 
+def _below_ephemeral() -> range:
+    """Ports under the kernel's ephemeral range, which every port-0 bind
+    (the tests' own receivers) and every outgoing connection draw from."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return range(max(1024, low - 12000), max(1025, low))
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port for a process a test starts, free when asked. Not one the
+    kernel hands out for port 0: between this check and the process's bind,
+    another test's receiver could take such a port, and answered the
+    process's /readyz with its 200 "ok" (the SDK and rotation tests' rare
+    failures). Here only another free_port() caller can, one in thousands."""
+    ports = _below_ephemeral()
+    for _ in range(200):
+        port = random.choice(ports)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {ports}")
 
 
 @dataclass

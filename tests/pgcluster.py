@@ -17,11 +17,11 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
 
+from tests.helpers import free_port
 from tests.pgproxy import PgProxy
 
 
@@ -34,13 +34,6 @@ def bindir() -> Path | None:
         if (Path(d) / "initdb").exists() and (Path(d) / "pg_basebackup").exists():
             return Path(d)
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Cluster:
@@ -59,8 +52,8 @@ class Cluster:
         )
         self.primary = self.root / "primary"
         self.standby = self.root / "standby"
-        self.primary_port = _free_port()
-        self.standby_port = _free_port()
+        self.primary_port = free_port()
+        self.standby_port = free_port()
         self.proxy: PgProxy | None = None
         self._started: list[Path] = []
 

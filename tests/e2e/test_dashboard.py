@@ -5,7 +5,6 @@ delivering to a real receiver on 127.0.0.1."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 
 from dispatcher import enqueue
 from tests.browser import CHROMIUM, Page, browser
-from tests.helpers import WORKER_ENV, add_endpoint, cli_env
+from tests.helpers import WORKER_ENV, add_endpoint, cli_env, free_port
 from tests.receivers import Receiver, sequence
 
 TOKEN = "dash-admin-token-0123456789"
@@ -26,16 +25,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 async def console(db_url: str) -> AsyncIterator[str]:
     """`dispatcher run --http`: the worker and its admin server, one process."""
-    port = _free_port()
+    port = free_port()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "dispatcher", "run", "--http", f"127.0.0.1:{port}",
         env=cli_env(db_url, **WORKER_ENV, DISPATCHER_ADMIN_TOKEN=TOKEN),

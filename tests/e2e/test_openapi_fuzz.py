@@ -7,14 +7,13 @@ suite's workers fuzz them side by side rather than one after another.
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from tests.helpers import cli_env
+from tests.helpers import cli_env, free_port
 
 TOKEN = "fuzz-token"
 _ENDPOINTS = "^/v1/endpoints"
@@ -26,15 +25,9 @@ SHARDS = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.parametrize("shard", SHARDS)
 async def test_schemathesis_finds_no_server_errors(db_url: str, tmp_path: Path, shard: str) -> None:
-    port = _free_port()
+    port = free_port()
     env = cli_env(db_url, DISPATCHER_ADMIN_TOKEN=TOKEN)
     server = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "dispatcher", "serve", "--http", f"127.0.0.1:{port}",

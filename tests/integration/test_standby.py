@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -31,16 +30,9 @@ import pytest
 
 from dispatcher import db
 from dispatcher.core.errors import OperationalError
-from tests.helpers import cli
+from tests.helpers import cli, free_port
 
 BINARIES = ("initdb", "pg_ctl", "pg_basebackup")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _as_postgres() -> list[str]:
@@ -70,7 +62,7 @@ def pair() -> Iterator[tuple[int, int]]:
     if as_root:
         shutil.chown(root, "postgres")
     primary, standby = root / "primary", root / "standby"
-    ports = _free_port(), _free_port()
+    ports = free_port(), free_port()
     started: list[Path] = []
     try:
         _run("initdb", "-D", str(primary), "-U", "postgres", "--auth=trust", "--no-sync")
