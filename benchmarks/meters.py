@@ -230,6 +230,7 @@ def phase_metrics(
     if busy is not None and rcv is not None and pg is not None:
         foreign = max(busy - cpu - rcv - pg, 0.0)
     counters = meter["db_counters"]
+    engines = [engine_stats(r.stderr) for r in runs]
 
     def r4(v: float | None, k: float | None = 1.0) -> float | None:
         return None if v is None or k is None else round(v * k, 4)
@@ -266,6 +267,10 @@ def phase_metrics(
         "peak_rss_mb": round(max((r.maxrss_mb for r in runs), default=0.0), 1),
         "exit_codes": [r.returncode for r in runs],
         "timed_out": any(r.timed_out for r in runs),
-        "engine": [engine_stats(r.stderr) for r in runs],
+        "engine": engines,
+        # Claim queries per 1,000 deliveries (issue 35: <= 20 at every latency).
+        "claims_per_1000": (
+            round(sum(e.get("claims", 0) for e in engines if e) * per_k, 1) if per_k else None
+        ),
         "stderr_tail": [last_line(r.stderr) for r in runs if r.returncode],
     }

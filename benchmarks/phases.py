@@ -244,6 +244,7 @@ def standard_rows(m: dict[str, Any], *, label: str = "") -> list[list[str]]:
         [f"{p}PostgreSQL CPU s / 1,000", fmt(m["postgres_cpu_s_per_1000"], 3)],
         [f"{p}unattributed CPU", f"{fmt(m['unattributed_cpu_s'])} s"],
         [f"{p}DB transactions / 1,000", fmt(m["db_xacts_per_1000"])],
+        [f"{p}claims / 1,000", fmt(m.get("claims_per_1000"))],
         [f"{p}WAL bytes / 1,000 (whole server)", fmt(m["wal_bytes_per_1000"], 0)],
         [f"{p}dispatcher peak RSS", f"{fmt(m['peak_rss_mb'])} MB"],
         [f"{p}delivered", f"{m['delivered']:,} of {m['expected']:,}"],

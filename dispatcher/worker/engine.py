@@ -236,7 +236,8 @@ class Engine:
             st = self.stats
             log.event("engine_stopped", worker=self.worker, delivered=st.delivered,
                       retried=st.retried, dead=st.dead, released=st.released,
-                      window=self._window.limit, window_max=self._window_max)  # fmt: skip
+                      window=self._window.limit, window_max=self._window_max,
+                      claims=st.claims, statements=st.statements)  # fmt: skip
         if self._fatal is not None:
             raise OperationalError(f"worker stopped: {self._fatal}")
 
