@@ -561,32 +561,29 @@ ORDER BY e.id;
 -- (folded, and the deltas not folded yet), and one by one the dead letters
 -- of its first, partial five minutes and those the live queue still holds
 -- (a row made dead by an edit, before its trigger moves it). Then per
--- endpoint: its letters per time, per status code and per error. Bounded by the buckets in the span, not by the
--- letters (1 M dead letters a week: 150-300 ms when each was read).
+-- endpoint: its letters per time, per status code and per error. Bounded
+-- by the buckets in the span, not by the letters (1 M dead letters a
+-- week: 150-300 ms when each was read).
 -- success_share: how the endpoint answered its attempts over the span its
 -- letters died in (its minutes, schema 020: bounded by the span, not by
 -- the traffic): a flaky endpoint is told apart from one that was down.
 WITH letters AS (
     SELECT endpoint_id, bucket AS at, last_status_code, last_error, n, attempts
     FROM dead_letter_buckets
-    WHERE bucket >= dispatcher_dead_bucket(now() - make_interval(secs => $1))
-                    + interval '5 minutes'
+    WHERE bucket >= dispatcher_dead_whole_from(now() - make_interval(secs => $1))
     UNION ALL
     SELECT endpoint_id, bucket, last_status_code, last_error, n, attempts
     FROM dead_letter_deltas
-    WHERE bucket >= dispatcher_dead_bucket(now() - make_interval(secs => $1))
-                    + interval '5 minutes'
+    WHERE bucket >= dispatcher_dead_whole_from(now() - make_interval(secs => $1))
     UNION ALL
     SELECT endpoint_id, updated_at, last_status_code, last_error, 1, attempt_count
     FROM webhook_history
     WHERE status = 'dead_letter' AND finished_at > now() - make_interval(secs => $1)
-      AND finished_at < dispatcher_dead_bucket(now() - make_interval(secs => $1))
-                        + interval '5 minutes'
+      AND finished_at < dispatcher_dead_whole_from(now() - make_interval(secs => $1))
       -- The buckets go by updated_at (a dead letter's finished_at, unless
       -- a hand edit made them differ); finished_at prunes the partitions.
       AND updated_at > now() - make_interval(secs => $1)
-      AND updated_at < dispatcher_dead_bucket(now() - make_interval(secs => $1))
-                       + interval '5 minutes'
+      AND updated_at < dispatcher_dead_whole_from(now() - make_interval(secs => $1))
     UNION ALL
     SELECT endpoint_id, updated_at, last_status_code, last_error, 1, attempt_count
     FROM webhook_live

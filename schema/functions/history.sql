@@ -112,6 +112,13 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT date_bin('5 minutes', p_at, timestamptz '2000-01-01 00:00+00')
 $$;
 
+-- The first bucket wholly after p_at: a span from p_at reads its buckets
+-- from here, and the letters before it one by one.
+CREATE OR REPLACE FUNCTION dispatcher_dead_whole_from(p_at timestamptz) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT dispatcher_dead_bucket(p_at) + interval '5 minutes'
+$$;
+
 -- The statement that counts the dead letters of p_source (a transition
 -- table, a partition, or a CTE p_with defines) into dead_letter_deltas,
 -- arriving (p_sign 1) or leaving (-1), and returns how many, signed: the

@@ -164,27 +164,26 @@ DECLARE
     cutoff timestamptz := now() - make_interval(secs => p_keep_s);
     total bigint := 0;
     n bigint;
+    prune text;
     r record;
 BEGIN
     FOR r IN SELECT * FROM dispatcher_partitions(p_parent) LOOP
         CONTINUE WHEN NOT r.is_default
                   AND (r.lower_bound IS NULL OR r.lower_bound >= cutoff
                        OR r.upper_bound - r.lower_bound <= make_interval(secs => p_width_s));
+        prune := format('DELETE FROM %I WHERE ctid = ANY (ARRAY('
+                        'SELECT ctid FROM %I WHERE %I < $1 LIMIT $2))',
+                        r.relname, r.relname, p_column);
         IF p_parent = 'webhook_history_dead' THEN
             -- A statement on a partition fires none of its parent's
             -- triggers: the count and the buckets (schema 030) here.
-            EXECUTE dispatcher_dead_deltas_insert('gone', -1, format(
-                'gone AS (DELETE FROM %I WHERE ctid = ANY (ARRAY('
-                'SELECT ctid FROM %I WHERE %I < $1 LIMIT $2))'
-                ' RETURNING status, endpoint_id, updated_at, last_status_code, last_error,'
-                '  attempt_count),',
-                r.relname, r.relname, p_column)) INTO n USING cutoff, p_batch;
+            EXECUTE dispatcher_dead_deltas_insert('gone', -1, 'gone AS (' || prune
+                || ' RETURNING status, endpoint_id, updated_at, last_status_code, last_error,'
+                || ' attempt_count),') INTO n USING cutoff, p_batch;
             PERFORM dispatcher_count_dead(n);
             n := -n;
         ELSE
-            EXECUTE format('DELETE FROM %I WHERE ctid = ANY (ARRAY('
-                           'SELECT ctid FROM %I WHERE %I < $1 LIMIT $2))',
-                           r.relname, r.relname, p_column) USING cutoff, p_batch;
+            EXECUTE prune USING cutoff, p_batch;
             GET DIAGNOSTICS n = ROW_COUNT;
         END IF;
         total := total + n;
