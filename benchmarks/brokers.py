@@ -231,7 +231,7 @@ async def through_dispatcher(
         rc = await asyncio.wait_for(proc.wait(), 120)
         got = await broker.count()
         delivered = await conn.fetchval(
-            "SELECT count(*) FROM webhook_live WHERE status = 'delivered'"
+            "SELECT count(*) FROM webhook_queue WHERE status = 'delivered'"
         )
         per_min = None
         if first is not None and last[0] > first[0]:
