@@ -26,12 +26,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from dispatcher import log
 from dispatcher.core.models import AttemptResult, Delivery, Timing, Verdict
+from dispatcher.core.otlp import (
+    FLAGS_HAS_IS_REMOTE,
+    FLAGS_IS_REMOTE,
+    STATUS_ERROR,
+    SpanRecord,
+    export_request,
+)
 from dispatcher.version import __version__
 from dispatcher.worker.wire import EndpointWire
 
@@ -45,17 +54,18 @@ def wanted(env: Mapping[str, str]) -> bool:
 
 
 class Tracing:
-    """The tracer attempts start their spans with, and its provider."""
+    """Spans for attempts, made whole when the attempt ends and handed to
+    the SDK's batch processor, which hands them to its OTLP/HTTP exporter
+    (configured by `OTEL_EXPORTER_OTLP_*`, `OTEL_BSP_*`), encoded by
+    core.otlp. Not the SDK's recording `Span` nor its generic encoder:
+    together they cost 60 % more CPU per delivery at 100 % sampling
+    (BENCHMARKS, issue 34). The sampler is the SDK's (`OTEL_TRACES_SAMPLER`);
+    its default, parent-based always-on, is decided here without it."""
 
-    def __init__(self, provider: Any) -> None:
-        from opentelemetry.trace import SpanKind, Status, StatusCode
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
+    def __init__(self, provider: Any, processor: Any, *, default_sampler: bool = True) -> None:
         self._provider = provider
-        self._tracer = provider.get_tracer("dispatcher", __version__)
-        self._propagator = TraceContextTextMapPropagator()
-        self._client = SpanKind.CLIENT
-        self._error = Status(StatusCode.ERROR)
+        self._processor = processor
+        self._sampler = None if default_sampler else provider.sampler
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Tracing | None:
@@ -66,7 +76,6 @@ class Tracing:
         if not wanted(env):
             return None
         try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
             from opentelemetry.sdk.resources import Resource
             from opentelemetry.sdk.trace import TracerProvider
             from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -77,26 +86,29 @@ class Tracing:
             return None
         service = env.get("OTEL_SERVICE_NAME") or "dispatcher"
         provider = TracerProvider(resource=Resource.create({"service.name": service}))
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-        return cls(provider)
+        processor = BatchSpanProcessor(exporter(provider.resource))
+        provider.add_span_processor(processor)  # shut down with the provider
+        sampler = (env.get("OTEL_TRACES_SAMPLER") or "").strip().lower()
+        return cls(provider, processor, default_sampler=sampler in ("", "parentbased_always_on"))
 
-    def start(self, d: Delivery, wire: EndpointWire, breaker: str | None = None) -> tuple[Any, str]:
-        """The attempt's span, started now, and the traceparent that makes
-        the receiver's work its child. `breaker`: the endpoint's breaker
-        state the attempt went under (`closed`, or `half_open` for a trial)."""
-        parent = None
-        if d.traceparent is not None:
-            carrier = {"traceparent": d.traceparent}
-            if d.tracestate is not None:
-                carrier["tracestate"] = d.tracestate
-            parent = self._propagator.extract(carrier)
+    def start(
+        self, d: Delivery, wire: EndpointWire, breaker: str | None = None
+    ) -> tuple[SpanRecord | None, str]:
+        """The attempt's span (None when not sampled), opened now, and the
+        traceparent that makes the receiver's work its child. `breaker`: the
+        endpoint's breaker state the attempt went under (`closed`, or
+        `half_open` for a trial)."""
+        start_ns = time.time_ns()
+        parent = _parent(d.traceparent)
+        trace_id = parent[0] if parent is not None else _random_id(128)
+        span_id = _random_id(64)
         target = wire.target
-        attributes = {
+        attributes: dict[str, Any] = {
             "http.request.method": wire.method,
             "url.scheme": target.scheme,
             "server.address": target.host or "",
             "server.port": target.port or 0,
-            "url.full": str(target.with_query(None).with_user(None).with_fragment(None)),
+            "url.full": wire.url_shown,
             "dispatcher.endpoint.id": d.endpoint_id,
             "dispatcher.application": wire.app,
             "dispatcher.event.type": d.event_type,
@@ -106,56 +118,163 @@ class Tracing:
         }
         if breaker is not None:
             attributes["dispatcher.breaker.state"] = breaker
-        span = self._tracer.start_span(
-            f"{wire.method} webhook", context=parent, kind=self._client, attributes=attributes,
-            start_time=time.time_ns(),
+        name = f"{wire.method} webhook"
+        trace_state = _trace_state(d.tracestate) if parent is not None else ""
+        if self._sampler is None:  # parent-based always-on
+            sampled = parent is None or parent[2]
+        else:
+            sampled, trace_state = self._sample(parent, d.tracestate, trace_id, name, attributes)
+        traceparent = f"00-{trace_id:032x}-{span_id:016x}-{'01' if sampled else '00'}"
+        if not sampled:
+            return None, traceparent
+        span = SpanRecord(
+            trace_id, span_id, parent[1] if parent is not None else None, trace_state, name,
+            start_ns, 0, attributes,
+            flags=FLAGS_HAS_IS_REMOTE | (FLAGS_IS_REMOTE if parent is not None else 0),
         )  # fmt: skip
-        ctx = span.get_span_context()
-        return span, f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+        return span, traceparent
 
-    def end(self, span: Any, result: AttemptResult | None) -> None:
+    def _sample(
+        self,
+        parent: tuple[int, int, bool] | None,
+        tracestate: str | None,
+        trace_id: int,
+        name: str,
+        attributes: dict[str, Any],
+    ) -> tuple[bool, str]:
+        """A configured sampler's decision, asked as the SDK asks it."""
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace.sampling import Decision
+
+        context = None
+        if parent is not None:
+            state = trace.TraceState.from_header([tracestate]) if tracestate else None
+            span_context = trace.SpanContext(
+                parent[0], parent[1], is_remote=True,
+                trace_flags=trace.TraceFlags(1 if parent[2] else 0), trace_state=state,
+            )  # fmt: skip
+            context = trace.set_span_in_context(trace.NonRecordingSpan(span_context))
+        assert self._sampler is not None
+        result = self._sampler.should_sample(
+            context, trace_id, name, trace.SpanKind.CLIENT, attributes
+        )
+        if result.attributes:
+            attributes.update(result.attributes)
+        state = result.trace_state
+        text = ",".join(f"{k}={v}" for k, v in state.items()) if state is not None else ""
+        return result.decision is Decision.RECORD_AND_SAMPLE, text
+
+    def end(self, span: SpanRecord | None, result: AttemptResult | None) -> None:
         """Ends the span with what the attempt saw (None: it was cut short)."""
-        if result is None:
-            span.set_attribute("error.type", "cancelled")
-            span.set_status(self._error)
-            span.end()
+        if span is None:
             return
-        if result.status_code is not None:
-            span.set_attribute("http.response.status_code", result.status_code)
-        if result.remote_addr is not None:
-            span.set_attribute("network.peer.address", result.remote_addr)
-        span.set_attribute("dispatcher.verdict", result.verdict.value)
-        if result.timing is not None:
-            _phase_events(span, result.timing)
-        if result.verdict is not Verdict.SUCCESS:
-            error = result.error or (
-                str(result.status_code) if result.status_code is not None else "failed"
-            )
-            span.set_attribute("error.type", error)
-            span.set_status(self._error)
-        span.end()
+        span.end_ns = time.time_ns()
+        attributes = span.attributes
+        if result is None:
+            attributes["error.type"] = "cancelled"
+            span.status = STATUS_ERROR
+        else:
+            if result.status_code is not None:
+                attributes["http.response.status_code"] = result.status_code
+            if result.remote_addr is not None:
+                attributes["network.peer.address"] = result.remote_addr
+            attributes["dispatcher.verdict"] = result.verdict.value
+            if result.timing is not None:
+                span.events = _phases(span.start_ns, result.timing)
+            if result.verdict is not Verdict.SUCCESS:
+                error = result.error or (
+                    str(result.status_code) if result.status_code is not None else "failed"
+                )
+                attributes["error.type"] = error
+                span.status = STATUS_ERROR
+        self._processor.on_end(span)
 
     async def close(self) -> None:
         """Exports what is still batched (the SDK's own bounded wait)."""
         await asyncio.to_thread(self._provider.shutdown)
 
 
+def exporter(resource: Any) -> Any:
+    """The SDK's OTLP/HTTP span exporter (its endpoint, headers, timeout,
+    compression and TLS from `OTEL_EXPORTER_OTLP_*`, its retries), writing
+    the request with core.otlp."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    scope = ("dispatcher", __version__)
+    attrs = dict(resource.attributes)
+    schema_url = resource.schema_url or ""
+
+    class Exporter(OTLPSpanExporter):  # type: ignore[misc]
+        def export(self, spans: Any) -> SpanExportResult:
+            if self._shutdown:
+                return SpanExportResult.FAILURE
+            data = export_request(attrs, scope, spans, resource_schema_url=schema_url)
+            # `_client`: the exporter's HTTP client (opentelemetry-exporter-
+            # otlp-proto-http, pinned): posts, retries, says what failed.
+            sent = self._client.export(data)
+            return SpanExportResult.SUCCESS if sent.success else SpanExportResult.FAILURE
+
+    return Exporter()
+
+
+_TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+
+
+def _parent(traceparent: str | None) -> tuple[int, int, bool] | None:
+    """(trace id, span id, sampled) of a producer's traceparent (stored
+    checked, schema 024); None without one, or for the all-zero ids."""
+    if traceparent is None:
+        return None
+    m = _TRACEPARENT.match(traceparent)
+    if m is None:
+        return None
+    trace_id, span_id = int(m[1], 16), int(m[2], 16)
+    if not trace_id or not span_id:
+        return None
+    return trace_id, span_id, bool(int(m[3], 16) & 1)
+
+
+def _trace_state(tracestate: str | None) -> str:
+    """The producer's tracestate as the SDK writes a span's: its members
+    joined by commas, blanks dropped."""
+    if not tracestate:
+        return ""
+    return ",".join(m.strip() for m in tracestate.split(",") if m.strip())
+
+
+def _random_id(bits: int) -> int:
+    """A trace or span id as the SDK's RandomIdGenerator makes them: never 0."""
+    while True:
+        value = random.getrandbits(bits)
+        if value:
+            return value
+
+
 PHASES = ("dns", "connect", "tls")
+MS = "dispatcher.phase.ms"
 
 
-def _phase_events(span: Any, timing: Timing) -> None:
+def _phases(start_ns: int, timing: Timing) -> list[tuple[str, int, dict[str, Any]]]:
     """An event at the end of each phase the attempt went through (as
     Convoy's client span has): `dns`, `connect`, `tls` when it opened a
     connection, then `ttfb` when the status line came; each with the
-    phase's own length (`dispatcher.phase.ms`). The phases run one after
-    the other from the span's start, so their ends are running sums."""
+    phase's own length in ms (`dispatcher.phase.ms`). The phases run one
+    after the other from the span's start, so their ends are running sums."""
     *opening, ttfb = timing
-    start: int = span.start_time
     at = 0.0
+    out = []
     for name, took in zip(PHASES, opening, strict=True):
         if took is not None:
             at += took
-            span.add_event(name, {"dispatcher.phase.ms": round(took * 1000, 3)},
-                           timestamp=start + int(at * 1e9))  # fmt: skip
-    span.add_event("ttfb", {"dispatcher.phase.ms": round(ttfb * 1000, 3)},
-                   timestamp=start + int(max(ttfb, at) * 1e9))  # fmt: skip
+            out.append(
+                (name, start_ns + int(at * 1e9), {"dispatcher.phase.ms": round(took * 1000, 3)})
+            )
+    out.append(
+        (
+            "ttfb",
+            start_ns + int(max(ttfb, at) * 1e9),
+            {"dispatcher.phase.ms": round(ttfb * 1000, 3)},
+        )
+    )
+    return out

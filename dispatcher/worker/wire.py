@@ -47,7 +47,7 @@ class EndpointWire:
     __slots__ = ("app", "body_mode", "broker", "extras", "headers", "method", "polled", "shaped",
                  "signer",
                  "ssl", "success", "target", "template", "timeout_ms", "timeout_s", "url",
-                 "url_refusal", "value_map")  # fmt: skip
+                 "url_refusal", "url_shown", "value_map")  # fmt: skip
 
     def __init__(
         self,
@@ -85,6 +85,9 @@ class EndpointWire:
         self.target = URL(template.sample() if self.template else url)
         if self.broker is not None:  # what a span shows: never the credentials
             self.target = self.target.with_user(None)
+        # A span's url.full: never the query (a postback's macro values) nor
+        # credentials.
+        self.url_shown = str(self.target.with_query(None).with_user(None).with_fragment(None))
         self.method = method
         self.body_mode = body_mode
         # Only a template or a body built from the payload reads the payload.

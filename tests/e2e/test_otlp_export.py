@@ -46,6 +46,18 @@ async def _otlp() -> tuple[web.AppRunner, str, list[Span]]:
     return runner, f"http://{host}:{port}", spans
 
 
+async def _drain(db_url: str, otlp: str, **otel: str) -> None:
+    """`dispatcher run --drain` exporting to `otlp`, batches sent within 0.1 s."""
+    env = cli_env(db_url, **WORKER_ENV, OTEL_EXPORTER_OTLP_ENDPOINT=otlp,
+                  OTEL_BSP_SCHEDULE_DELAY="100", **otel)  # fmt: skip
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "dispatcher", "run", "--drain", env=env,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()[-2000:]
+
+
 def _attrs(span: Span) -> dict[str, object]:
     out: dict[str, object] = {}
     for kv in span.attributes:
@@ -64,14 +76,7 @@ async def test_attempts_are_client_spans_of_the_producers_trace(
             "SELECT dispatcher_enqueue('conv', $1::jsonb, 'ev-1', traceparent => $2)",
             f'{{"click": "{SECRET_VALUE}"}}', f"00-{TRACE}-{PRODUCER_SPAN}-01",
         )  # fmt: skip
-        otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp, "OTEL_BSP_SCHEDULE_DELAY": "100"}
-        env = cli_env(db_url, **WORKER_ENV, **otel)
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "dispatcher", "run", "--drain", env=env,
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        _, err = await asyncio.wait_for(proc.communicate(), 60)
-        assert proc.returncode == 0, err.decode()[-2000:]
+        await _drain(db_url, otlp)
     finally:
         await runner.cleanup()
     [req] = receiver.received
@@ -100,3 +105,31 @@ async def test_attempts_are_client_spans_of_the_producers_trace(
     for e in span.events:
         [kv] = e.attributes
         assert kv.key == "dispatcher.phase.ms" and kv.value.double_value >= 0
+
+
+async def test_a_configured_sampler_decides_and_the_receiver_sees_its_decision(
+    db_url: str, conn: asyncpg.Connection, receiver: Receiver
+) -> None:
+    """OTEL_TRACES_SAMPLER as the SDK reads it: parent-based on a ratio of
+    0, so the producer's sampled trace is followed (exported, flags 01) and
+    an event without a producer's trace is not (no span, flags 00)."""
+    runner, otlp, spans = await _otlp()
+    try:
+        await add_endpoint(conn, receiver.url("/s"))
+        await conn.execute(
+            "SELECT dispatcher_enqueue('conv', '{}'::jsonb, 'ev-traced', traceparent => $1,"
+            " tracestate => 'vendor=x1')",
+            f"00-{TRACE}-{PRODUCER_SPAN}-01",
+        )
+        await conn.execute("SELECT dispatcher_enqueue('conv', '{}'::jsonb, 'ev-plain')")
+        await _drain(db_url, otlp, OTEL_TRACES_SAMPLER="parentbased_traceidratio",
+                     OTEL_TRACES_SAMPLER_ARG="0")  # fmt: skip
+    finally:
+        await runner.cleanup()
+    flags = {}
+    for req in receiver.received:
+        _, trace, _, flag = req.headers["traceparent"].split("-")
+        flags[trace == TRACE] = flag
+    assert flags == {True: "01", False: "00"}
+    [span] = spans
+    assert span.trace_id.hex() == TRACE and span.trace_state == "vendor=x1"
