@@ -3,7 +3,7 @@ or `python -m benchmarks …`.
 
 Scenarios (benchmarks/scenarios/, one module each but slow.py): fast (the
 default), slow200, slow500, slowmix, many, noisy, two, wake, faults,
-internet, fifo, filters, https, tenants, cluster (the Patroni rig, root
+internet, fifo, filters, https, tracing, tenants, cluster (the Patroni rig, root
 only), and `all`, which runs each in turn but cluster. They stand on shared
 modules, lowest first:
 
@@ -75,7 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--producers", type=int, default=None, help="producers: connections (16)")
     p.add_argument("--keys", type=int, default=None, help="fifo: ordering keys (1000)")
     p.add_argument("--rows", type=int, default=None, help="history: rows of each kind (10 M)")
-    p.add_argument("--rounds", type=int, default=None, help="https: rounds per protocol (2)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="https: rounds per protocol (2); tracing: rounds off and on (3)",
+    )
     p.add_argument("--rate", type=int, default=None, help="events/s: tenants b's (20), cluster")
     p.add_argument(
         "--case", action="append", default=None, choices=FAULT_KINDS,

@@ -23,6 +23,7 @@ from .processes import run_processes
 from .producers import run_producers
 from .slow import run_slow200, run_slow500, run_slowmix
 from .tenants import run_tenants
+from .tracing import run_tracing
 from .two import run_two
 from .wake import run_wake
 
@@ -42,6 +43,7 @@ RUNNERS: dict[str, Runner] = {
     "fifo": run_fifo,
     "filters": run_filters,
     "https": run_https,
+    "tracing": run_tracing,
     "tenants": run_tenants,
     "jobqueue": run_jobqueue,
     "held": run_held,

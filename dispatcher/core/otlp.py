@@ -98,8 +98,11 @@ _TRUE, _FALSE = _tag(2, 0) + b"\x01", _tag(2, 0) + b"\x00"
 _INT, _DBL = _tag(3, 0), _tag(4, 1)
 
 
+_F64 = [_tag(n, 1) for n in range(9)]  # fixed64 fields' tags, by field number
+
+
 def _fixed64(number: int, value: int) -> bytes:
-    return _tag(number, 1) + _FIXED64.pack(value) if value else b""
+    return _F64[number] + _FIXED64.pack(value) if value else b""
 
 
 def any_value(value: object) -> bytes:
@@ -118,11 +121,18 @@ def any_value(value: object) -> bytes:
     return _len(1, str(value).encode())
 
 
+_KEYS: dict[str, bytes] = {}
+
+
 def key_value(key: str, value: object) -> bytes:
-    """A KeyValue: key 1, value 2."""
-    k = key.encode()
+    """A KeyValue: key 1 (its bytes made once a name), value 2."""
+    head = _KEYS.get(key)
+    if head is None:
+        head = _len(1, key.encode())
+        if len(_KEYS) < CACHED:
+            _KEYS[key] = head
     v = any_value(value)
-    return _LEN[1] + _varint(len(k)) + k + _LEN[2] + _varint(len(v)) + v
+    return head + _LEN[2] + _varint(len(v)) + v
 
 
 # Most of an attempt's attributes repeat from span to span (the method, the
