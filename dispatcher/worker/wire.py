@@ -87,7 +87,12 @@ class EndpointWire:
             self.target = self.target.with_user(None)
         # A span's url.full: never the query (a postback's macro values) nor
         # credentials.
-        self.url_shown = str(self.target.with_query(None).with_user(None).with_fragment(None))
+        # (A polling endpoint's `poll:` is no absolute URL: shown as it is.)
+        self.url_shown = (
+            str(self.target.with_query(None).with_user(None).with_fragment(None))
+            if self.target.absolute
+            else url
+        )
         self.method = method
         self.body_mode = body_mode
         # Only a template or a body built from the payload reads the payload.

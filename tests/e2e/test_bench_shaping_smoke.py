@@ -39,3 +39,12 @@ async def test_held_smoke(server_url: str) -> None:
     assert result["lost"] == 0
     assert result["delivered"] == {"none": doc["events"], "held": doc["events"]}
     assert result["ratio"] > 0
+
+
+async def test_tracing_smoke(server_url: str) -> None:
+    doc = await bench_smoke(server_url, "tracing", timeout=180)
+    assert doc["ok"] and not doc["problems"], doc["problems"]
+    for phase in doc["phases"].values():
+        assert phase["lost"] == 0 and phase["duplicates"] == 0
+    # Every attempt of the traced round reached the OTLP sink as a span.
+    assert doc["spans_exported"] == [doc["events"]]

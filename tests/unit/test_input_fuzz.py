@@ -86,9 +86,10 @@ def test_enqueue_files(tmp_path: Path, content: list[str]) -> None:
     except BadInput as exc:
         assert str(exc).startswith(str(f))
         return
-    for event_id, event_type, payload, endpoint in events:
+    for event_id, event_type, payload, endpoint, app in events:
         assert event_id and event_type and payload
         assert endpoint is None or isinstance(endpoint, int)
+        assert app is None  # the generated lines never name one
 
 
 def test_a_header_value_cannot_pose_as_a_sealed_one() -> None:
