@@ -131,11 +131,12 @@ class Claimer:
                 # transaction: one commit for both.
                 async with recorder.riding(conn) as write_outcomes:
                     if write_outcomes is None:
-                        rows = await self._claim_pass(conn, first, limit, start=False)
+                        claimed = await self._claim_pass(conn, first, limit, start=False)
                     else:
                         async with conn.transaction():
                             await write_outcomes()
-                            rows = await self._claim_pass(conn, first, limit, start=False)
+                            claimed = await self._claim_pass(conn, first, limit, start=False)
+                rows = claimed  # committed: only now are they claimed
                 await self._started(rows)
                 more = planner.second_pass(
                     wants, first, planner.counts([d.endpoint_id for d in rows]), limit - len(rows)

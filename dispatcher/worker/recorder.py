@@ -203,8 +203,11 @@ class Recorder:
 
             try:
                 yield write
-            except BaseException:
+            except BaseException as exc:
                 self._restore(batch, results)
+                if isinstance(exc, DATABASE_ERRORS):
+                    # As after a failed flush: written before the next claim.
+                    self.behind = True
                 raise
             if written:
                 self._written(written[0])

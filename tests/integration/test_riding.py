@@ -85,6 +85,10 @@ async def test_a_failed_borrower_gives_the_outcomes_back(
         for i in ids:
             rec.add(Outcome(i, ep, Status.DELIVERED, 0.0, True, 200, 5, attempt=0))
         async with pool.acquire() as c:
+            # Lent but never written (the borrower did not call it): kept.
+            async with rec.riding(c) as write:
+                assert write is not None
+            assert rec.waiting == 2
             try:
                 async with rec.riding(c) as write:
                     assert write is not None
@@ -95,11 +99,13 @@ async def test_a_failed_borrower_gives_the_outcomes_back(
                 pass
             assert rec.waiting == 2 and rec.stats.delivered == 0
             assert await conn.fetchval("SELECT count(*) FROM webhook_history") == 0
-            # Lent but never written (the borrower did not call it): kept too.
+            # Behind, as after a failed flush: nothing is lent until it is
+            # written (the claimer flushes first).
+            assert rec.behind
             async with rec.riding(c) as write:
-                assert write is not None
-            assert rec.waiting == 2
+                assert write is None
         await rec.flush_all()
+        assert not rec.behind
         assert rec.waiting == 0 and rec.stats.delivered == 2
     finally:
         await pool.close()

@@ -43,18 +43,27 @@ class _TlsConnection(SSLConnection):
         return kwargs
 
 
+_Queued = tuple[str, dict[Any, Any], int | None, "asyncio.Future[None]"]
+
+
 class RedisLink:
     """Publishes queued in one turn of the loop go out as one pipeline (no
     MULTI: each XADD is answered on its own, and fails on its own): one
     round trip and one pooled connection for the batch instead of one per
-    message; each publish still returns only once its own XADD answered."""
+    message; each publish still returns only once its own XADD answered.
+    A batch whose publishers have all given up (their deadlines) is
+    cancelled, which closes its connection, as a cancelled XADD did: a
+    stalled server holds no connection past the deadlines of its batch."""
 
     def __init__(self, client: redis.asyncio.Redis) -> None:
         self._client = client
-        self._queued: list[tuple[str, dict[Any, Any], int | None, asyncio.Future[None]]] = []
-        self._sending: set[asyncio.Task[None]] = set()
+        self._queued: list[_Queued] = []
+        self._sending: dict[asyncio.Task[None], list[_Queued]] = {}
+        self._closed = False
 
     async def publish(self, target: BrokerTarget, msg: BrokerMessage) -> None:
+        if self._closed:
+            raise BrokerFailure(CONNECTION_LOST, permanent=False, drop=True)
         loop = asyncio.get_running_loop()
         answered: asyncio.Future[None] = loop.create_future()
         fields: dict[Any, Any] = {"body": msg.body, **msg.headers}
@@ -64,24 +73,37 @@ class RedisLink:
         await answered
 
     def _send(self) -> None:
-        batch, self._queued = self._queued, []
+        batch = [q for q in self._queued if not q[3].done()]
+        self._queued = []
+        if not batch or self._closed:
+            _fail(batch, BrokerFailure(CONNECTION_LOST, permanent=False, drop=True))
+            return
         task = asyncio.create_task(self._pipelined(batch))
-        self._sending.add(task)
-        task.add_done_callback(self._sending.discard)
+        self._sending[task] = batch
+        task.add_done_callback(self._sent)
+        waiting = [len(batch)]
 
-    async def _pipelined(
-        self, batch: list[tuple[str, dict[Any, Any], int | None, asyncio.Future[None]]]
-    ) -> None:
-        pipe = self._client.pipeline(transaction=False)
-        for stream, fields, maxlen, _ in batch:
-            pipe.xadd(stream, fields, maxlen=maxlen, approximate=True)
+        def given_up(_: asyncio.Future[None]) -> None:
+            waiting[0] -= 1
+            if waiting[0] == 0 and not task.done():
+                task.cancel()
+
+        for *_, answered in batch:
+            answered.add_done_callback(given_up)
+
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        batch = self._sending.pop(task, [])
+        # A task cancelled before it ran never reached its own handler.
+        _fail(batch, BrokerFailure(CONNECTION_LOST, permanent=False, drop=True))
+
+    async def _pipelined(self, batch: list[_Queued]) -> None:
         try:
+            pipe = self._client.pipeline(transaction=False)
+            for stream, fields, maxlen, _ in batch:
+                pipe.xadd(stream, fields, maxlen=maxlen, approximate=True)
             answers = await pipe.execute(raise_on_error=False)
         except BaseException as exc:  # the batch's connection failed: each publish says so
-            failure = _failure(exc)
-            for *_, answered in batch:
-                if not answered.done():
-                    answered.set_exception(failure)
+            _fail(batch, _failure(exc))
             if not isinstance(exc, Exception):
                 raise
             return
@@ -94,9 +116,20 @@ class RedisLink:
                 answered.set_result(None)
 
     async def close(self) -> None:
-        for task in list(self._sending):
+        self._closed = True
+        _fail(self._queued, BrokerFailure(CONNECTION_LOST, permanent=False, drop=True))
+        self._queued = []
+        tasks = list(self._sending)
+        for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self._client.aclose(close_connection_pool=True)
+
+
+def _fail(batch: list[_Queued], failure: BaseException) -> None:
+    for *_, answered in batch:
+        if not answered.done():
+            answered.set_exception(failure)
 
 
 def _failure(exc: BaseException) -> BaseException:
