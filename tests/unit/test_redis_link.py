@@ -11,7 +11,7 @@ import pytest
 import redis.asyncio
 from redis.asyncio.connection import BlockingConnectionPool
 
-from dispatcher.core.destinations import parse_broker
+from dispatcher.core.destinations import BrokerTarget, parse_broker
 from dispatcher.worker.brokers.link import BrokerFailure, BrokerMessage
 from dispatcher.worker.brokers.redisstream import RedisLink
 
@@ -37,9 +37,13 @@ class BlackHole:
         return int(self.server.sockets[0].getsockname()[1])
 
 
-def _link(port: int) -> RedisLink:
+async def _hole() -> tuple[BlackHole, RedisLink, BrokerTarget]:
+    """A black hole, a link to it (a pool of 4), and a stream there."""
+    hole = BlackHole()
+    port = await hole.start()
     pool = BlockingConnectionPool(host="127.0.0.1", port=port, max_connections=4, timeout=None)
-    return RedisLink(redis.asyncio.Redis(connection_pool=pool))
+    link = RedisLink(redis.asyncio.Redis(connection_pool=pool))
+    return hole, link, parse_broker(f"redis://127.0.0.1:{port}/0?stream=s")
 
 
 MSG = BrokerMessage(b"{}", {"webhook-id": "msg_1"}, "msg_1", "t", 0)
@@ -54,10 +58,7 @@ async def _until(check: object, limit_s: float = 5.0) -> None:
 
 
 async def test_publishers_that_give_up_free_their_batchs_connection() -> None:
-    hole = BlackHole()
-    port = await hole.start()
-    link = _link(port)
-    target = parse_broker(f"redis://127.0.0.1:{port}/0?stream=s")
+    hole, link, target = await _hole()
     try:
         for _ in range(3):  # more batches than one connection, fewer than the pool
             with pytest.raises(TimeoutError):
@@ -74,10 +75,7 @@ async def test_publishers_that_give_up_free_their_batchs_connection() -> None:
 
 
 async def test_a_closed_link_fails_what_it_held() -> None:
-    hole = BlackHole()
-    port = await hole.start()
-    link = _link(port)
-    target = parse_broker(f"redis://127.0.0.1:{port}/0?stream=s")
+    hole, link, target = await _hole()
     try:
         waiting = asyncio.ensure_future(link.publish(target, MSG))
         await _until(lambda: hole.opened == 1)
