@@ -128,16 +128,20 @@ class Claimer:
         try:
             async with acquire(pool) as conn:
                 # The outcomes waiting to be written go in the first pass's
-                # transaction: one commit for both.
+                # transaction: one commit for both. The claim comes first and
+                # its rows are on their way before the outcomes are written
+                # (written first, they held the rows back: -20 % at 0 ms).
+                # Should the commit then fail, those rows are a lost claim,
+                # as after a failover: their outcomes are taken by the rows
+                # as they stand (record_outcomes), and at worst another
+                # worker sends one again once it is due.
                 async with recorder.riding(conn) as write_outcomes:
                     if write_outcomes is None:
-                        claimed = await self._claim_pass(conn, first, limit, start=False)
+                        rows = await self._claim_pass(conn, first, limit)
                     else:
                         async with conn.transaction():
+                            rows = await self._claim_pass(conn, first, limit)
                             await write_outcomes()
-                            claimed = await self._claim_pass(conn, first, limit, start=False)
-                rows = claimed  # committed: only now are they claimed
-                await self._started(rows)
                 more = planner.second_pass(
                     wants, first, planner.counts([d.endpoint_id for d in rows]), limit - len(rows)
                 )
@@ -161,10 +165,8 @@ class Claimer:
         return len(rows), len(rows) == limit and self._in_flight() < self._window()
 
     async def _claim_pass(
-        self, conn: Conn, wants: list[planner.Want], limit: int, *, start: bool = True
+        self, conn: Conn, wants: list[planner.Want], limit: int
     ) -> list[Delivery]:
-        """`start`: the rows go on their way at once; else the caller starts
-        them (`_started`) once its transaction has committed."""
         self._stats.statements += 1
         rows = await store.claim(
             conn,
@@ -174,8 +176,7 @@ class Claimer:
             limit=limit,
             worker=self._worker,
         )
-        if start:
-            await self._started(rows)
+        await self._started(rows)
         return rows
 
     async def _started(self, rows: list[Delivery]) -> None:
