@@ -119,6 +119,34 @@ async def drain_phase(
     return m
 
 
+async def alternating(
+    bench: Bench,
+    receivers: dict[str, Receiver],
+    events: int,
+    *,
+    rounds: int,
+    endpoint_max_in_flight: int,
+    label: str = "",
+    before: Callable[[str], None] | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """`rounds` rounds of one drain per mode (one receiver each), the modes
+    alternating within each round so that drift on a shared machine falls
+    on all of them; each mode's phase metrics in order. `before(mode)`
+    runs before each drain (to set the workers' environment)."""
+    phases: dict[str, list[dict[str, Any]]] = {mode: [] for mode in receivers}
+    for rnd in range(rounds):
+        for mode, rcv in receivers.items():
+            if before is not None:
+                before(mode)
+            ep = EndpointDef(f"/{mode}", rcv, max_in_flight=endpoint_max_in_flight)
+            m = await drain_phase(bench, rcv, [ep], events, max_in_flight=None,
+                                  label=f"{label}{mode} {rnd + 1}")  # fmt: skip
+            m.pop("open_series")
+            m.pop("paths")
+            phases[mode].append(m)
+    return phases
+
+
 def check_phase(m: dict[str, Any], problems: list[str], label: str, *, drain: bool) -> None:
     if m["timed_out"]:
         problems.append(f"{label}: dispatcher did not finish in time (killed)")

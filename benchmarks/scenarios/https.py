@@ -12,9 +12,9 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from ..bench import Bench, EndpointDef, Options, scenario
+from ..bench import Bench, Options, scenario
 from ..output import fmt, fmt_int, verdict
-from ..phases import drain_phase
+from ..phases import alternating
 from ..tlsca import make_ca
 
 EXPECTED_RATIO = 0.8
@@ -36,17 +36,10 @@ async def run_https(bench: Bench, opts: Options) -> dict[str, Any]:
         "http": await bench.receiver("receiver-http"),
         "https": await bench.receiver("receiver-https", tls=tls),
     }
-    rates: dict[str, list[float]] = {"http": [], "https": []}
-    last: dict[str, dict[str, Any]] = {}
-    for rnd in range(rounds):
-        for kind, rcv in receivers.items():
-            ep = EndpointDef(f"/{kind}", rcv, max_in_flight=ep_mif)
-            m = await drain_phase(bench, rcv, [ep], events, max_in_flight=None,
-                                  label=f"{kind} {rnd + 1}")  # fmt: skip
-            m.pop("open_series")
-            m.pop("paths")
-            rates[kind].append(m["deliveries_per_min"])
-            last[kind] = m
+    phases = await alternating(bench, receivers, events, rounds=rounds,
+                               endpoint_max_in_flight=ep_mif)  # fmt: skip
+    rates = {k: [m["deliveries_per_min"] for m in v] for k, v in phases.items()}
+    last = {k: v[-1] for k, v in phases.items()}
     med = {k: statistics.median(v) for k, v in rates.items()}
     ratio = med["https"] / med["http"]
     bench.report.update(phases=last, rates=rates, ratio=round(ratio, 3))

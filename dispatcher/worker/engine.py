@@ -45,7 +45,7 @@ from dispatcher.worker.gate import Gates
 from dispatcher.worker.listener import Listener
 from dispatcher.worker.maintenance import Maintenance
 from dispatcher.worker.prober import TICK_S, Prober
-from dispatcher.worker.recorder import RIDE_WAITS, Recorder
+from dispatcher.worker.recorder import Recorder
 from dispatcher.worker.refresher import Refresher
 from dispatcher.worker.rewriter import Rewriter
 from dispatcher.worker.sender import Sender
@@ -422,10 +422,9 @@ class Engine:
     def _wake_for(self, delay_s: float) -> None:
         """A row comes due again sooner than the next poll: wake then (one
         timer, for the earliest), so short retry delays are kept."""
-        # The row's due time is set when its outcome is written, up to
-        # RIDE_WAITS flush intervals from now (a claim carries it, or the
-        # flusher): wake a little after that, not before.
-        delay_s += RIDE_WAITS * self.settings.flush_interval_s + RETRY_WAKE_SLACK_S
+        # The row's due time is set when its outcome is written, a flush
+        # later than now: wake a little after that, not before.
+        delay_s += self.settings.flush_interval_s + RETRY_WAKE_SLACK_S
         if delay_s >= self.settings.poll_interval_s:
             return
         loop = asyncio.get_running_loop()
