@@ -1,3 +1,4 @@
+-- migrate: with functions
 -- Half of each page of the live queue left free at insert (issue 31:
 -- WAL per delivery). A claim rewrites its row (status and next_attempt_at
 -- are indexed: never a HOT update). When the new version lands on the old
@@ -17,4 +18,12 @@
 -- holds only rows not yet final. SET (fillfactor) takes SHARE UPDATE
 -- EXCLUSIVE: producers and workers go on; pages already written keep
 -- their rows.
+--
+-- With functions, and the two tables locked first in the outcome write's
+-- order, as 027-030: a migration without functions is followed by a pass
+-- over every repeatable file in a transaction of its own, whose triggers
+-- lock history before the queue's table, and that deadlocked with a
+-- worker's outcome write in the upgrade-under-traffic test.
+LOCK TABLE webhook_live IN SHARE ROW EXCLUSIVE MODE;
+LOCK TABLE webhook_history IN SHARE ROW EXCLUSIVE MODE;
 ALTER TABLE webhook_live SET (fillfactor = 50);
