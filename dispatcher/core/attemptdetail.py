@@ -59,6 +59,15 @@ def trace_context(traceparent: Any, tracestate: Any) -> tuple[str | None, str | 
     return parent, None if parent is None else valid_tracestate(tracestate)
 
 
+def parent_ids(traceparent: Any) -> tuple[int, int, bool] | None:
+    """(trace id, span id, sampled) of a valid traceparent; None otherwise."""
+    valid = valid_traceparent(traceparent)
+    if valid is None:
+        return None
+    _, trace_id, span_id, flags = valid.split("-")
+    return int(trace_id, 16), int(span_id, 16), bool(int(flags, 16) & 1)
+
+
 def child_traceparent(parent: str) -> str:
     """The same trace, a new span (this attempt's): version 00."""
     return f"00-{parent[3:35]}-{os.urandom(8).hex()}-{parent[-2:]}"

@@ -121,6 +121,8 @@ def any_value(value: object) -> bytes:
     return _len(1, str(value).encode())
 
 
+# Entries kept in each cache below (attribute names; encoded fields).
+CACHED = 4096
 _KEYS: dict[str, bytes] = {}
 
 
@@ -140,7 +142,6 @@ def key_value(key: str, value: object) -> bytes:
 # attribute field number, key, type and value (strings, integers and
 # booleans), up to CACHED (then emptied: the unique ones, an event id, pass
 # through it).
-CACHED = 4096
 _FIELDS: dict[tuple[int, str, type, object], bytes] = {}
 
 

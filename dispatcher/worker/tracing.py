@@ -27,12 +27,12 @@ import asyncio
 import logging
 import os
 import random
-import re
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from dispatcher import log
+from dispatcher.core import attemptdetail
 from dispatcher.core.models import AttemptResult, Delivery, Timing, Verdict
 from dispatcher.core.otlp import (
     FLAGS_HAS_IS_REMOTE,
@@ -111,7 +111,7 @@ class Tracing:
         endpoint's breaker state the attempt went under (`closed`, or
         `half_open` for a trial)."""
         start_ns = time.time_ns()
-        parent = _parent(d.traceparent)
+        parent = attemptdetail.parent_ids(d.traceparent)
         trace_id = parent[0] if parent is not None else _random_id(128)
         span_id = _random_id(64)
         target = wire.target
@@ -230,23 +230,6 @@ def exporter(resource: Any) -> Any:
     return Exporter()
 
 
-_TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
-
-
-def _parent(traceparent: str | None) -> tuple[int, int, bool] | None:
-    """(trace id, span id, sampled) of a producer's traceparent (stored
-    checked, schema 024); None without one, or for the all-zero ids."""
-    if traceparent is None:
-        return None
-    m = _TRACEPARENT.match(traceparent)
-    if m is None:
-        return None
-    trace_id, span_id = int(m[1], 16), int(m[2], 16)
-    if not trace_id or not span_id:
-        return None
-    return trace_id, span_id, bool(int(m[3], 16) & 1)
-
-
 def _trace_state(tracestate: str | None) -> str:
     """The producer's tracestate as the SDK writes a span's: its members
     joined by commas, blanks dropped."""
@@ -279,14 +262,6 @@ def _phases(start_ns: int, timing: Timing) -> list[tuple[str, int, dict[str, Any
     for name, took in zip(PHASES, opening, strict=True):
         if took is not None:
             at += took
-            out.append(
-                (name, start_ns + int(at * 1e9), {"dispatcher.phase.ms": round(took * 1000, 3)})
-            )
-    out.append(
-        (
-            "ttfb",
-            start_ns + int(max(ttfb, at) * 1e9),
-            {"dispatcher.phase.ms": round(ttfb * 1000, 3)},
-        )
-    )
+            out.append((name, start_ns + int(at * 1e9), {MS: round(took * 1000, 3)}))
+    out.append(("ttfb", start_ns + int(max(ttfb, at) * 1e9), {MS: round(ttfb * 1000, 3)}))
     return out

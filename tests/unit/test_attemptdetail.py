@@ -58,3 +58,17 @@ def test_the_record_round_trips_as_the_api_shows_it() -> None:
 def test_tracestate_is_bounded(value: str) -> None:
     assert ad.valid_tracestate(value) == value
     assert ad.valid_tracestate("x" * 513) is None and ad.valid_tracestate("  ") is None
+
+
+def test_parent_ids_read_a_valid_traceparent_only() -> None:
+    trace, span = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+    assert ad.parent_ids(f"00-{trace}-{span}-01") == (
+        int(trace, 16),
+        int(span, 16),
+        True,
+    )
+    assert ad.parent_ids(f" 01-{trace.upper()}-{span}-00 ") == (
+        int(trace, 16), int(span, 16), False,
+    )  # fmt: skip
+    for bad in (None, "", f"ff-{trace}-{span}-01", f"00-{'0' * 32}-{span}-01", f"00-{trace}-x-01"):
+        assert ad.parent_ids(bad) is None

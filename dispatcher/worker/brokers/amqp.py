@@ -17,7 +17,7 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange
 
 from dispatcher.core.destinations import BrokerTarget
-from dispatcher.worker.brokers.link import CONNECTION_LOST, BrokerFailure, BrokerMessage
+from dispatcher.worker.brokers.link import CONNECTION_LOST, BrokerFailure, BrokerMessage, lost
 
 CONNECT_TIMEOUT_S = 10.0
 
@@ -39,7 +39,7 @@ class AmqpLink:
 
     async def publish(self, target: BrokerTarget, msg: BrokerMessage) -> None:
         if self._connection.is_closed:
-            raise BrokerFailure(CONNECTION_LOST, permanent=False, drop=True)
+            raise lost()
         message = aio_pika.Message(
             msg.body,
             headers=dict(msg.headers),

@@ -42,6 +42,11 @@ class BrokerFailure(Exception):
         self.drop = drop
 
 
+def lost() -> BrokerFailure:
+    """A link the broker closed under us: retried, and the link reopened."""
+    return BrokerFailure(CONNECTION_LOST, permanent=False, drop=True)
+
+
 class Link(Protocol):
     async def publish(self, target: BrokerTarget, msg: BrokerMessage) -> None:
         """Returns once the broker holds the message durably; raises

@@ -18,7 +18,7 @@ import nats.js.errors
 from nats.aio.client import Client
 
 from dispatcher.core.destinations import BrokerTarget
-from dispatcher.worker.brokers.link import CONNECTION_LOST, BrokerFailure, BrokerMessage
+from dispatcher.worker.brokers.link import BrokerFailure, BrokerMessage, lost
 
 CONNECT_TIMEOUT_S = 10
 # The endpoint's timeout (the sender's deadline) cuts a publish short; the
@@ -37,7 +37,7 @@ class NatsLink:
 
     async def publish(self, target: BrokerTarget, msg: BrokerMessage) -> None:
         if self._client.is_closed:
-            raise BrokerFailure(CONNECTION_LOST, permanent=False, drop=True)
+            raise lost()
         headers = {**msg.headers, "Nats-Msg-Id": msg.msg_id}
         try:
             await self._js.publish(target.subject, msg.body, timeout=REQUEST_TIMEOUT_S,
@@ -54,7 +54,7 @@ class NatsLink:
         except (nats.errors.ConnectionClosedError, nats.errors.StaleConnectionError,
                 nats.errors.OutboundBufferLimitError, nats.errors.ConnectionReconnectingError,
                 nats.errors.ConnectionDrainingError):  # fmt: skip
-            raise BrokerFailure(CONNECTION_LOST, permanent=False, drop=True) from None
+            raise lost() from None
 
     async def close(self) -> None:
         await self._client.close()

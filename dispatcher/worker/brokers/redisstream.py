@@ -22,7 +22,7 @@ import redis.exceptions
 from redis.asyncio.connection import BlockingConnectionPool, SSLConnection
 
 from dispatcher.core.destinations import BrokerTarget
-from dispatcher.worker.brokers.link import CONNECTION_LOST, BrokerFailure, BrokerMessage
+from dispatcher.worker.brokers.link import BrokerFailure, BrokerMessage, lost
 
 CONNECT_TIMEOUT_S = 10.0
 POOL_SIZE = 16
@@ -63,7 +63,7 @@ class RedisLink:
 
     async def publish(self, target: BrokerTarget, msg: BrokerMessage) -> None:
         if self._closed:
-            raise BrokerFailure(CONNECTION_LOST, permanent=False, drop=True)
+            raise lost()
         loop = asyncio.get_running_loop()
         answered: asyncio.Future[None] = loop.create_future()
         fields: dict[Any, Any] = {"body": msg.body, **msg.headers}
@@ -76,7 +76,7 @@ class RedisLink:
         batch = [q for q in self._queued if not q[3].done()]
         self._queued = []
         if not batch or self._closed:
-            _fail(batch, BrokerFailure(CONNECTION_LOST, permanent=False, drop=True))
+            _fail(batch, lost())
             return
         task = asyncio.create_task(self._pipelined(batch))
         self._sending[task] = batch
@@ -94,7 +94,7 @@ class RedisLink:
     def _sent(self, task: asyncio.Task[None]) -> None:
         batch = self._sending.pop(task, [])
         # A task cancelled before it ran never reached its own handler.
-        _fail(batch, BrokerFailure(CONNECTION_LOST, permanent=False, drop=True))
+        _fail(batch, lost())
 
     async def _pipelined(self, batch: list[_Queued]) -> None:
         try:
@@ -117,7 +117,7 @@ class RedisLink:
 
     async def close(self) -> None:
         self._closed = True
-        _fail(self._queued, BrokerFailure(CONNECTION_LOST, permanent=False, drop=True))
+        _fail(self._queued, lost())
         self._queued = []
         tasks = list(self._sending)
         for task in tasks:
@@ -149,9 +149,9 @@ def _failure(exc: BaseException) -> BaseException:
         cause = exc.__cause__ or exc.__context__
         if isinstance(cause, OSError):
             return cause
-        return BrokerFailure(CONNECTION_LOST, permanent=False, drop=True)
+        return lost()
     if isinstance(exc, asyncio.CancelledError):
-        return BrokerFailure(CONNECTION_LOST, permanent=False, drop=True)
+        return lost()
     return exc
 
 
