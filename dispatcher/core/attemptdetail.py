@@ -80,16 +80,34 @@ def redact_headers(items: Iterable[tuple[str, str]]) -> list[list[str]]:
     for name, value in items:
         if len(out) == MAX_HEADERS:
             break
-        low = name.lower()
+        low = storable(name.lower())
         secret = low in _SECRET_HEADERS or _SECRET_WORDS.search(low) is not None
-        out.append([low, REDACTED if secret else value[:MAX_HEADER_VALUE]])
+        out.append([low, REDACTED if secret else storable(value[:MAX_HEADER_VALUE])])
     return out
 
 
 def excerpt(body: bytes) -> str:
-    """The first EXCERPT_BYTES of a body as text (bytes that are not UTF-8
-    replaced)."""
-    return body[:EXCERPT_BYTES].decode("utf-8", errors="replace")
+    """The first EXCERPT_BYTES of a body as text, at most EXCERPT_BYTES
+    once stored (bytes that are not UTF-8 replaced, which can triple them;
+    a character cut at the edge dropped)."""
+    text = storable(body[:EXCERPT_BYTES].decode("utf-8", errors="replace"))
+    if len(text) * 3 <= EXCERPT_BYTES:  # whatever its characters, it fits
+        return text
+    return text.encode()[:EXCERPT_BYTES].decode("utf-8", errors="ignore")
+
+
+def storable(text: str) -> str:
+    """What a receiver sent, as text jsonb takes: aiohttp keeps a header's
+    bytes that are not UTF-8 as lone surrogates (which orjson refuses), and
+    jsonb refuses NUL; both become U+FFFD. Either would otherwise fail the
+    attempt's record, or every outcome write of the batch it is in."""
+    if text.isascii():
+        return text.replace("\x00", "\ufffd") if "\x00" in text else text
+    try:
+        raw = text.encode("utf-8", errors="surrogateescape")
+    except UnicodeEncodeError:
+        raw = text.encode("utf-8", errors="surrogatepass")
+    return raw.decode("utf-8", errors="replace").replace("\x00", "\ufffd")
 
 
 def encode(

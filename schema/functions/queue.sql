@@ -387,15 +387,16 @@ LANGUAGE sql AS $$
                           WHERE m.application_id = t.application_id AND m.id = t.event_id
                             AND m.payload_id = t.payload_id)
     ), attempts AS (
-        -- With the payload go what its attempts kept of it (schema 024):
-        -- the start of each response, which may echo it, and a postback's
-        -- URL as fired, with its macro values.
+        -- With the payload go what its attempts kept of it (schema 024,
+        -- SPEC "Limits"): the start of each response, which may echo it,
+        -- the response's headers, which may too, and a postback's URL as
+        -- fired, with its macro values.
         UPDATE endpoint_latency l
-        SET detail = l.detail - 'response_excerpt' - 'request_url'
+        SET detail = l.detail - 'response_excerpt' - 'request_url' - 'response_headers'
         FROM erased e
         WHERE l.endpoint_id = e.endpoint_id AND l.delivery_id = e.id
           AND l.measured_at >= e.created_at
-          AND (l.detail ? 'response_excerpt' OR l.detail ? 'request_url')
+          AND (l.detail ?| ARRAY['response_excerpt', 'request_url', 'response_headers'])
         RETURNING 1
     )
     SELECT e.id, e.endpoint_id, e.event_id FROM erased e;

@@ -85,11 +85,12 @@ async def test_a_postback_keeps_its_fired_url_until_erased(
     assert "traceparent" not in req.headers  # none given, none sent
     _, [a] = await _attempts(db_url, did)
     assert a["status_code"] == 200 and a["request_url"].endswith("/pb?click=c-9&e=pb-1")
-    assert a["response_excerpt"] == "ok"
+    assert a["response_excerpt"] == "ok" and a["response_headers"]
     gone = await conn.fetchval("SELECT dispatcher_erase_deliveries(ARRAY[$1::bigint])", did)
     assert gone is not None
     _, [a] = await _attempts(db_url, did)
     assert a["request_url"] is None and a["response_excerpt"] is None
+    assert a["response_headers"] is None  # SPEC "Limits": erased with the payload
     assert a["timings_ms"]["total"] is not None  # the timings stay
 
 
