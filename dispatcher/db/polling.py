@@ -15,13 +15,21 @@ async def endpoint_url(conn: Conn, endpoint_id: int) -> str | None:
     return url
 
 
-async def acknowledge(
-    conn: Conn, endpoint_id: int, last_id: int, read_at: datetime, margin_s: float
-) -> int:
-    """Rows the page up to `last_id`, read at `read_at`, showed: now delivered."""
-    done = await conn.execute(Q["poll_ack"], endpoint_id, last_id, read_at, margin_s)
+async def acknowledge(conn: Conn, endpoint_id: int, last_id: int, cutoff: datetime) -> int:
+    """Rows the page up to `last_id`, due by its `cutoff`, showed: now delivered."""
+    done = await conn.execute(Q["poll_ack"], endpoint_id, last_id, cutoff)
     return int(done.split()[-1])
 
 
 async def page(conn: Conn, endpoint_id: int, limit: int, margin_s: float) -> list[asyncpg.Record]:
-    return list(await conn.fetch(Q["poll_page"], endpoint_id, limit, margin_s))
+    """The next rows, each with the page's `cutoff`: due by now less
+    `margin_s`, or by now, up to the newest id, when no other transaction
+    was writing the live queue just before (queries.sql poll_writers)."""
+    writers = await conn.fetchrow(Q["poll_writers"])
+    busy = writers["busy"]
+    return list(
+        await conn.fetch(
+            Q["poll_page"], endpoint_id, limit, margin_s if busy else 0.0,
+            None if busy else writers["newest"],
+        )
+    )  # fmt: skip

@@ -1649,27 +1649,43 @@ WHERE NOT EXISTS (SELECT 1 FROM webhook_queue q JOIN endpoints e ON e.id = q.end
 -- began (what expunge_messages compares with).
 SELECT coalesce((SELECT max(id) FROM webhook_queue), 0) AS newest, clock_timestamp() AS began;
 
+-- name: poll_writers
+-- Whether another transaction may still commit a row of the live queue
+-- with an id below those already seen (any INSERT holds ROW EXCLUSIVE on
+-- the table from before it takes its id until after its commit is
+-- visible), and the newest id taken so far. Read before the page, in a
+-- statement of its own: rows up to that id are all committed or gone by
+-- the page's snapshot when no such writer was there.
+SELECT EXISTS (SELECT 1 FROM pg_locks l
+               WHERE l.locktype = 'relation' AND l.relation = 'webhook_live'::regclass
+                 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                 AND l.mode = 'RowExclusiveLock' AND l.pid <> pg_backend_pid()) AS busy,
+       (SELECT last_value FROM webhook_queue_id_seq) AS newest;
+
 -- name: poll_ack
 -- A polling endpoint's consumer came back with a cursor: what the page that
--- gave it showed is delivered. The page showed every pending row due at its
--- read ($3, less the margin) up to its last id ($2), and nothing above it,
--- so a row not yet due then, or committed later below it, stays pending
--- for the next page (core/destinations.py, POLL_MARGIN_S).
+-- gave it showed is delivered. The page showed every pending row due by
+-- its cutoff ($3) up to its last id ($2), and nothing above it, so a row
+-- not yet due then, or committed later below it, stays pending for the
+-- next page (ops/polling.py).
 UPDATE webhook_live
 SET status = 'delivered', delivered_at = now(), updated_at = now(),
     attempt_count = attempt_count + 1, last_error = NULL, locked_by = NULL
 WHERE endpoint_id = $1 AND status IN ('pending', 'failed') AND id <= $2
-  AND next_attempt_at <= $3::timestamptz - make_interval(secs => $4);
+  AND next_attempt_at <= $3::timestamptz;
 
 -- name: poll_page
--- The first pending rows due before now less the margin (a transaction that
--- commits within the margin of its INSERT is seen in id order), oldest id
--- first, with the read's time for the cursor.
+-- The first pending rows due by the cutoff, now less the margin $3 (a
+-- transaction that commits within the margin of its INSERT is seen in id
+-- order), or now when no writer could still commit below what is seen
+-- ($4, the newest id then; poll_writers), oldest id first, with the cutoff
+-- for the cursor.
 SELECT q.id, q.event_id, q.event_type, q.created_at, q.payload::text AS payload,
-       now() AS read_at
-FROM webhook_queue q
+       c.cutoff
+FROM webhook_queue q, (SELECT now() - make_interval(secs => $3) AS cutoff) c
 WHERE q.endpoint_id = $1 AND q.status IN ('pending', 'failed')
-  AND q.next_attempt_at <= now() - make_interval(secs => $3)
+  AND q.next_attempt_at <= c.cutoff
+  AND ($4::bigint IS NULL OR q.id <= $4)
 ORDER BY q.id
 LIMIT $2;
 

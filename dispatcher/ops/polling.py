@@ -3,16 +3,19 @@ reads its endpoint's deliveries in order with a cursor, and coming back
 with the cursor acknowledges what it read (those deliveries become
 `delivered`).
 
-The cursor is `<last id>.<read time in µs>`: the page showed every pending
-row due at the read (less POLL_MARGIN_S) up to the last id, so exactly
-those are acknowledged; a row scheduled later, or committed later with a
-lower id, stays pending and comes in a later page. The web layer repeats
+The cursor is `<last id>.<cutoff in µs>`: the page showed every pending
+row due by its cutoff up to the last id, so exactly those are
+acknowledged; a row scheduled later, or committed later with a lower id,
+stays pending and comes in a later page. The cutoff is the read's time
+when no other transaction was writing the live queue (then nothing can
+still commit below the ids seen: a row is readable as soon as it is
+committed), else that time less POLL_MARGIN_S. The web layer repeats
 `read` for a long poll (`wait_s`), on a pooled connection each time.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -21,12 +24,15 @@ from dispatcher.core.destinations import POLL, kind_of
 from dispatcher.core.errors import BadInput, UnknownEndpoint
 from dispatcher.db import Conn, catalog, polling
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MICROSECOND = timedelta(microseconds=1)
 DEFAULT_LIMIT = 50
-MAX_LIMIT = 250
+MAX_LIMIT = 1000  # SPEC "Limits": list routes cap `limit` at 1000
 MAX_WAIT_S = 30.0
-# A row is shown once it has been due this long: a producer's transaction
-# that commits within it of its INSERT is seen in id order (the prober's
-# watermark makes the same bet, worker/prober.py).
+# While other transactions write the live queue, a row is shown once it
+# has been due this long: a producer's transaction that commits within it
+# of its INSERT is seen in id order (the prober's watermark makes the same
+# bet, worker/prober.py).
 POLL_MARGIN_S = 1.0
 
 
@@ -45,17 +51,18 @@ def parse_cursor(value: str | None) -> tuple[int, datetime] | None:
     return int(head), at
 
 
-def make_cursor(last_id: int, read_at: datetime) -> str:
-    return f"{last_id}.{int(read_at.timestamp() * 1_000_000)}"
+def make_cursor(last_id: int, cutoff: datetime) -> str:
+    return f"{last_id}.{(cutoff - EPOCH) // MICROSECOND}"  # exact: no float on the way
 
 
 def check_limit(text: str | None) -> int:
-    """`?limit=` as given: 1..MAX_LIMIT, DEFAULT_LIMIT when absent."""
+    """`?limit=` as given, capped at MAX_LIMIT as every list route caps it;
+    DEFAULT_LIMIT when absent."""
     if text is None:
         return DEFAULT_LIMIT
-    if not text.isascii() or not text.isdigit() or not 1 <= int(text[:6]) <= MAX_LIMIT:
+    if not text.isascii() or not text.isdigit() or int(text[:7]) < 1:
         raise BadInput(f"limit must be a whole number from 1 to {MAX_LIMIT}")
-    return int(text)
+    return min(int(text[:7]), MAX_LIMIT)
 
 
 def check_wait(text: str | None) -> float:
@@ -90,7 +97,7 @@ async def read(
     "cursor", "done"}`; an empty page keeps the cursor it was given."""
     async with conn.transaction():
         if cursor is not None:
-            await polling.acknowledge(conn, endpoint_id, cursor[0], cursor[1], POLL_MARGIN_S)
+            await polling.acknowledge(conn, endpoint_id, cursor[0], cursor[1])
         rows = await polling.page(conn, endpoint_id, limit + 1, POLL_MARGIN_S)
     shown = rows[:limit]
     data = [
@@ -104,5 +111,5 @@ async def read(
         }
         for r in shown
     ]
-    nxt = make_cursor(shown[-1]["id"], shown[-1]["read_at"]) if shown else given
+    nxt = make_cursor(shown[-1]["id"], shown[-1]["cutoff"]) if shown else given
     return {"data": data, "cursor": nxt, "done": len(rows) <= limit}

@@ -103,7 +103,8 @@ async def test_bad_polls_get_one_clear_line(db_url: str, conn: asyncpg.Connectio
             (f"/v1/poll/{http_ep['id']}", 400, "not a polling endpoint"),
             (f"/v1/poll/{poll_ep['id']}?cursor=abc", 400, "cursor"),
             (f"/v1/poll/{poll_ep['id']}?limit=0", 400, "limit"),
-            (f"/v1/poll/{poll_ep['id']}?limit=251", 400, "limit"),
+            (f"/v1/poll/{poll_ep['id']}?limit=-1", 400, "limit"),
+            (f"/v1/poll/{poll_ep['id']}?limit=abc", 400, "limit"),
             (f"/v1/poll/{poll_ep['id']}?wait_s=31", 400, "wait_s"),
             (f"/v1/poll/{poll_ep['id']}?wait_s=nan", 400, "wait_s"),
             ("/v1/poll/999999", 404, "no endpoint"),
@@ -112,6 +113,38 @@ async def test_bad_polls_get_one_clear_line(db_url: str, conn: asyncpg.Connectio
             assert status == code and says in doc["error"], (path, status, doc)
         status, doc, _ = await api.call("POST", "/v1/endpoints", {"url": "poll:x"})
         assert status == 400 and "poll:" in doc["error"]
+        # Above the cap every list route has, capped, not refused.
+        assert (await api.ok("GET", f"/v1/poll/{poll_ep['id']}?limit=5000"))["done"] is True
+
+
+async def test_a_row_is_read_once_committed_unless_a_lower_id_may_still_come(
+    db_url: str, conn: asyncpg.Connection
+) -> None:
+    """With no other transaction writing the live queue, a committed row is
+    read at once. While one is (here a producer's open transaction that
+    took a lower id), a newer row waits out the margin, so the consumer's
+    cursor never passes the lower id before it commits."""
+    async with tenant_api(db_url, ADMIN, []) as api:
+        ep = await api.ok("POST", "/v1/endpoints", {"url": "poll:"})
+        path = f"/v1/poll/{ep['id']}"
+        [first] = await _enqueue(conn, 1, "now")
+        page = await api.ok("GET", path)
+        assert [d["event_id"] for d in page["data"]] == [first]
+        producer = await asyncpg.connect(db_url)
+        try:
+            tx = producer.transaction()
+            await tx.start()
+            await _enqueue(producer, 1, "slow")  # the lower id, not yet committed
+            [later] = await _enqueue(conn, 1, "later")
+            held = await api.ok("GET", f"{path}?cursor={page['cursor']}")
+            assert held["data"] == [] and held["cursor"] == page["cursor"]
+            await tx.commit()
+        finally:
+            await producer.close()
+        page = await api.ok("GET", f"{path}?cursor={page['cursor']}")
+        assert [d["event_id"] for d in page["data"]] == ["slow0", later]
+        await api.ok("GET", f"{path}?cursor={page['cursor']}")
+        assert await statuses(conn) == {"delivered": 3}
 
 
 async def test_unread_past_the_retention_is_dead_lettered_and_replayable(
