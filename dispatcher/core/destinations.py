@@ -26,6 +26,7 @@ from dispatcher.core.ssrf import (
     check_address,
     check_url_text,
     literal_address,
+    refusal,
     validate_url,
 )
 
@@ -235,7 +236,7 @@ def broker_refusal(target: BrokerTarget, policy: TargetPolicy, *, tenant: bool) 
             check_address(target.host, target.host, allow_private=policy.allow_private,
                           allowed_networks=policy.allowed_networks)  # fmt: skip
         except TargetRefused as exc:
-            return f"url refused: {exc}"
+            return refusal(str(exc))
     return None
 
 

@@ -290,11 +290,16 @@ def own_address_refusal(
     return None
 
 
-def _refused(why: str) -> BadInput:
-    return BadInput(
+def refusal(why: str) -> str:
+    """The line a target refused at creation gets, naming what allows it."""
+    return (
         f"url refused by the SSRF guard: {why} (DISPATCHER_ALLOW_PRIVATE_TARGETS=1 "
         "or DISPATCHER_ALLOWED_NETWORKS allow private targets)"
     )
+
+
+def _refused(why: str) -> BadInput:
+    return BadInput(refusal(why))
 
 
 def check_target(url: str, policy: TargetPolicy) -> None:

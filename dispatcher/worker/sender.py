@@ -380,6 +380,10 @@ class Sender:
         headers = {k.lower(): v for k, v in wire.headers_for(d.event_id, ts, d.body).items()
                    if k.lower() != "user-agent"}  # fmt: skip
         headers["event-type"] = d.event_type
+        # What is published is the event's JSON whatever the endpoint's
+        # body shape (a form or no body shapes HTTP requests only), and
+        # every broker message says so (SPEC "Destinations").
+        headers["content-type"] = "application/json"
         if traced is not None or d.traceparent is not None:
             headers["traceparent"] = traced or attemptdetail.child_traceparent(d.traceparent or "")
             if d.tracestate is not None:

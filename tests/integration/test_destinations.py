@@ -75,6 +75,7 @@ async def test_rabbitmq_gets_every_event_confirmed_persistent_and_signed(
             assert headers["event-type"] == "order.paid"
             assert message.delivery_mode == aio_pika.DeliveryMode.PERSISTENT
             assert message.content_type == "application/json"
+            assert headers["content-type"] == "application/json"
             got.append(headers["webhook-id"])
         assert sorted(got) == sorted(ids)
         assert await queue.get(fail=False) is None  # exactly once each
@@ -150,6 +151,7 @@ async def test_jetstream_acknowledges_each_event_once_by_its_msg_id(
             headers = dict(msg.headers or {})
             assert headers["Nats-Msg-Id"] == headers["webhook-id"]
             assert _verified(msg.data or b"", headers)["id"] == headers["webhook-id"]
+            assert headers["content-type"] == "application/json"
             got.append(headers["webhook-id"])
         assert sorted(got) == sorted(ids)
         # A re-send of a delivery (its acknowledgement lost) is dropped by
@@ -167,8 +169,10 @@ async def test_redis_stream_entries_carry_the_body_and_signed_fields(
     key = f"dispatcher-test-{uuid.uuid4().hex[:8]}"
     r = redis.asyncio.Redis(host="127.0.0.1", port=6379)
     try:
+        # A body shape shapes HTTP requests only: the stream gets the JSON,
+        # and says so, as for any endpoint.
         await add_endpoint(conn, f"redis://127.0.0.1:6379/0?stream={key}&maxlen=1000",
-                           secret=SECRET, event_types=("order.paid",))  # fmt: skip
+                           secret=SECRET, event_types=("order.paid",), body="form")  # fmt: skip
         await r.set(f"{key}-string", "not a stream")
         await add_endpoint(conn, f"redis://127.0.0.1:6379/0?stream={key}-string",
                            event_types=("x",))  # fmt: skip
@@ -187,6 +191,7 @@ async def test_redis_stream_entries_carry_the_body_and_signed_fields(
             headers = {k.decode(): v.decode() for k, v in fields.items() if k != b"body"}
             assert _verified(fields[b"body"], headers)["id"] == headers["webhook-id"]
             assert headers["event-type"] == "order.paid"
+            assert headers["content-type"] == "application/json"
             got.append(headers["webhook-id"])
         assert sorted(got) == sorted(ids)
     finally:

@@ -143,6 +143,8 @@ def test_tenants_use_only_allowed_brokers_and_everyone_the_ssrf_guard() -> None:
     assert broker_refusal(listed, allowed, tenant=True) is None  # listed: trusted, private or not
     assert "DISPATCHER_BROKERS_ALLOWED" in (broker_refusal(other, allowed, tenant=True) or "")
     assert broker_refusal(other, allowed, tenant=False) is None
-    assert "refused" in (broker_refusal(private, allowed, tenant=False) or "")
+    assert "DISPATCHER_ALLOW_PRIVATE_TARGETS" in (
+        broker_refusal(private, allowed, tenant=False) or ""
+    )
     open_policy = TargetPolicy(allow_private=True)
     assert broker_refusal(private, open_policy, tenant=False) is None
