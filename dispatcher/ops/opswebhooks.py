@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dispatcher.core import opsevents
+from dispatcher.core.destinations import HTTP, kind_of
 from dispatcher.core.errors import BadInput, NotFound
 from dispatcher.core.rows import OpsWebhook
 from dispatcher.core.secretbox import SecretBox, unseal
@@ -74,6 +75,11 @@ async def _checked(
             raise BadInput("secret must be a whsec_… secret")
         fields["secret"] = secret
     spec = spec_from_fields(fields)
+    if kind_of(spec.url) != HTTP:
+        # Signed webhooks (SPEC "Operational webhooks"): a broker's URL would
+        # skip the tenants' broker allow-list and the sealing of its
+        # password, which endpoints have; nobody reads a poll: one.
+        raise BadInput("an operational webhook's url is http:// or https://")
     if targets is not None:
         await vet_target(spec.url, targets)
     return spec.url, spec.description

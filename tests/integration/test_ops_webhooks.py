@@ -261,6 +261,11 @@ async def test_an_ops_webhook_document(conn: asyncpg.Connection, receiver: Recei
     assert await opswebhooks.list_webhooks(conn) == []
     with pytest.raises(BadInput, match="not an operational event type"):
         await opswebhooks.add(conn, receiver.url("/o"), event_types=["order.created"])
+    # Signed webhooks only: a broker's URL would skip the tenants' broker
+    # allow-list and the sealing of its password; nobody reads a poll: one.
+    for url in ("amqp://u:pw@127.0.0.1/?routing_key=q", "redis://127.0.0.1/0?stream=s", "poll:"):
+        with pytest.raises(BadInput, match="http:// or https://"):
+            await opswebhooks.add(conn, url, app="acme")
 
 
 async def test_the_admin_api_manages_them_and_announces_endpoint_changes(
