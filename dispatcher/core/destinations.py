@@ -6,10 +6,11 @@ JetStream subject), `redis(s)` (a stream) are published to by
 worker/brokers; `poll:` endpoints keep their deliveries for a consumer
 (never claimed by a worker; read and acknowledged through ops.polling).
 
-A broker URL may carry credentials (`user:pass@`): stored with the password
-sealed like an endpoint secret (`seal_url`), opened only for the worker
-(`open_url`), and shown masked (`masked_url`). An update that sends the
-masked URL back keeps the stored password (`kept_password`).
+A broker URL may carry credentials (`user:pass@`; a NATS token as
+`:TOKEN@`): stored with the password sealed like an endpoint secret
+(`seal_url`), opened only for the worker (`open_url`), and shown masked
+(`masked_url`). An update that sends the masked URL back keeps the stored
+password (`kept_password`).
 """
 
 from __future__ import annotations
@@ -132,6 +133,10 @@ def parse_broker(url: str) -> BrokerTarget:
         return _amqp(base, path, query)
     if kind == NATS:
         _no_query(query, "nats")
+        if user and password is None:
+            # NATS's own `nats://TOKEN@host` form would leave the token where
+            # it is neither sealed nor masked: it goes in the password place.
+            raise BadInput("a NATS token goes where a password would: nats://:TOKEN@host/subject")
         if not path or not _SUBJECT.fullmatch(path):
             raise BadInput("a nats url names one subject as its path: nats://host:4222/orders.paid")
         return BrokerTarget(**base, subject=path)  # type: ignore[arg-type]

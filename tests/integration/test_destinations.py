@@ -24,10 +24,12 @@ import redis.exceptions
 from standardwebhooks import Webhook
 
 from dispatcher.core.destinations import open_url
+from dispatcher.core.errors import BadInput
 from dispatcher.core.models import EndpointSpec
 from dispatcher.core.secretbox import SecretBox
 from dispatcher.db import catalog
 from dispatcher.ops import endpoints as ops_endpoints
+from dispatcher.ops.inputs import spec_from_fields
 from dispatcher.settings import Settings
 from tests.helpers import add_endpoint, drain, engine, free_port, statuses
 
@@ -404,5 +406,43 @@ async def test_a_nats_restart_mid_run_loses_nothing_and_stores_each_once(
     finally:
         if box.get("nc") is not None:
             await box["nc"].close()
+        for p in started:
+            await _killed(p)
+
+
+async def test_a_nats_token_authenticates_and_a_wrong_one_is_refused(
+    db_url: str, conn: asyncpg.Connection, tmp_path: Path
+) -> None:
+    """`nats://:TOKEN@host`: the token in the password place (sealed and
+    masked as a password), sent as NATS token authentication."""
+    port = free_port()
+    token = "tok-" + uuid.uuid4().hex
+    argv = ["nats-server", "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(tmp_path),
+            "--auth", token]  # fmt: skip
+    started: list[asyncio.subprocess.Process] = []
+    try:
+        await _server(argv, port, started)
+        nc = await nats.connect(f"nats://127.0.0.1:{port}", token=token)
+        try:
+            await nc.jetstream().add_stream(name="T", subjects=["t.paid", "t.bad"])
+            await add_endpoint(conn, f"nats://:{token}@127.0.0.1:{port}/t.paid",
+                               event_types=("order.paid",))  # fmt: skip
+            wrong, _ = await add_endpoint(conn, f"nats://:nope@127.0.0.1:{port}/t.bad",
+                                          event_types=("x",))  # fmt: skip
+            await _enqueue(conn, 3)
+            await _enqueue(conn, 1, "x")
+            await drain(db_url)
+            assert await statuses(conn) == {"delivered": 3, "dead_letter": 1}
+            dead = await conn.fetchval(
+                "SELECT last_error FROM webhook_queue WHERE endpoint_id = $1", wrong
+            )
+            assert dead.startswith("auth")
+            assert (await nc.jetstream().stream_info("T")).state.messages == 3
+        finally:
+            await nc.close()
+        # NATS's own TOKEN@ form would keep the token unsealed and unmasked.
+        with pytest.raises(BadInput, match="password would"):
+            spec_from_fields({"url": f"nats://{token}@127.0.0.1:{port}/t.paid"})
+    finally:
         for p in started:
             await _killed(p)

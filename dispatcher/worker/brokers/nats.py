@@ -26,6 +26,9 @@ CONNECT_TIMEOUT_S = 10
 REQUEST_TIMEOUT_S = 300.0
 
 
+_AUTH_REFUSED = "authorization violation"
+
+
 async def _quiet(*_: object) -> None:
     """The client's callbacks: its errors reach us as exceptions."""
 
@@ -62,11 +65,14 @@ class NatsLink:
 
 async def connect(target: BrokerTarget, host: str, context: ssl.SSLContext | None) -> NatsLink:
     shown = f"[{host}]" if ":" in host else host
+    client = Client()
     try:
-        client = await nats.connect(
+        await client.connect(
             servers=[f"{'tls' if context else 'nats'}://{shown}:{target.port}"],
-            user=target.username,
-            password=target.password,
+            # `nats://:TOKEN@host`: token authentication (destinations.py).
+            user=target.username or None,
+            password=target.password if target.username else None,
+            token=target.password if not target.username else None,
             tls=context,
             tls_hostname=target.host if context else None,
             allow_reconnect=False,
@@ -76,8 +82,21 @@ async def connect(target: BrokerTarget, host: str, context: ssl.SSLContext | Non
             closed_cb=_quiet,
             name="dispatcher",
         )
-    except nats.errors.AuthorizationError:
-        raise BrokerFailure("auth: the server refused the credentials", permanent=True) from None
-    except nats.errors.NoServersError:
-        raise ConnectionRefusedError("no NATS server answered") from None
+    except BaseException as exc:
+        # A refused connect leaves the client's socket open (nats-py 2.x).
+        await client.close()
+        raise _failure(exc) from None
     return NatsLink(client)
+
+
+def _failure(exc: BaseException) -> BaseException:
+    """What a failed connect means in our words (brokers/link.py)."""
+    if isinstance(exc, nats.errors.AuthorizationError) or (
+        # A wrong user, password or token comes as the server's -ERR line
+        # in a plain nats.errors.Error, not as AuthorizationError.
+        type(exc) is nats.errors.Error and _AUTH_REFUSED in str(exc).lower()
+    ):
+        return BrokerFailure("auth: the server refused the credentials", permanent=True)
+    if isinstance(exc, nats.errors.NoServersError):
+        return ConnectionRefusedError("no NATS server answered")
+    return exc
