@@ -30,6 +30,7 @@ import random
 import time
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import unquote
 
 from dispatcher import log
 from dispatcher.core import attemptdetail
@@ -88,7 +89,13 @@ class Tracing:
                       reason="OTEL_EXPORTER_OTLP_ENDPOINT is set but the otel extra is not "
                              "installed: pip install 'dispatcher[otel]'")  # fmt: skip
             return None
-        service = env.get("OTEL_SERVICE_NAME") or "dispatcher"
+        # OpenTelemetry's precedence: OTEL_SERVICE_NAME, then a service.name
+        # in OTEL_RESOURCE_ATTRIBUTES; ours only when neither names one.
+        service = (
+            env.get("OTEL_SERVICE_NAME")
+            or _resource_attribute(env.get("OTEL_RESOURCE_ATTRIBUTES"), "service.name")
+            or "dispatcher"
+        )
         provider = TracerProvider(resource=Resource.create({"service.name": service}))
         # Larger batches than the SDK's 512 unless OTEL_BSP_* says otherwise:
         # at thousands of attempts a second, one export request (one HTTP
@@ -228,6 +235,16 @@ def exporter(resource: Any) -> Any:
             return SpanExportResult.SUCCESS if sent.success else SpanExportResult.FAILURE
 
     return Exporter()
+
+
+def _resource_attribute(text: str | None, key: str) -> str | None:
+    """`key`'s value in OTEL_RESOURCE_ATTRIBUTES (`k=v,k2=v2`, values
+    percent-encoded), or None."""
+    for item in (text or "").split(","):
+        name, sep, value = item.partition("=")
+        if sep and name.strip() == key and value.strip():
+            return unquote(value.strip())
+    return None
 
 
 def _trace_state(tracestate: str | None) -> str:
