@@ -350,8 +350,8 @@ ENVIRONMENT: tuple[Variable, ...] = (
     ),
     Variable(
         "DISPATCHER_LATENCY_WINDOW_S",
-        "seconds the percentiles cover (from per-minute histograms); raw samples, the"
-        " attempt log, are kept as long",
+        "seconds the percentiles cover (from per-minute histograms); the attempt log"
+        " itself is kept for DISPATCHER_RETENTION_ATTEMPTS_S",
         "86400 (24 h)",
     ),
     Variable(

@@ -140,7 +140,8 @@ RETENTION_HELP: tuple[tuple[str, str, str], ...] = (
     ),
     (
         "DISPATCHER_RETENTION_IDEMPOTENCY_S",
-        "Idempotency-Key answers are replayed this long, then deleted",
+        "Idempotency-Key rows are deleted this long after they were made; an answer is"
+        " replayed for 24 h at most (SPEC), and a key deleted sooner is new again",
         "86400 (24 h)",
     ),
     (
