@@ -26,9 +26,11 @@ REDACTED = "[redacted]"
 # Header names whose values are credentials or session state, whoever sent
 # them: never stored, whatever the receiver put in them.
 _SECRET_HEADERS = frozenset({
-    "set-cookie", "cookie", "authorization", "proxy-authorization", "proxy-authenticate",
-    "www-authenticate",
+    "set-cookie", "cookie", "set-cookie2", "cookie2", "authorization", "proxy-authorization",
+    "proxy-authenticate", "www-authenticate",
 })  # fmt: skip
+# A URL's user:password in any other header's value (a Location, a Link).
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#@\s]+@")
 _SECRET_WORDS = re.compile(r"token|secret|key|auth|session|password|signature", re.I)
 
 _TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
@@ -82,6 +84,8 @@ def redact_headers(items: Iterable[tuple[str, str]]) -> list[list[str]]:
             break
         low = storable(name.lower())
         secret = low in _SECRET_HEADERS or _SECRET_WORDS.search(low) is not None
+        if not secret and "@" in value:
+            value = _USERINFO.sub(rf"\1{REDACTED}@", value)
         out.append([low, REDACTED if secret else storable(value[:MAX_HEADER_VALUE])])
     return out
 
@@ -164,6 +168,9 @@ def shown(detail: Any, response_ms: int | None) -> dict[str, Any]:
         "response_headers": None if headers is None else dict(headers),
         "response_excerpt": doc.get("response_excerpt"),
         "request_url": doc.get("request_url"),
+        # The attempt's span in the producer's trace (its traceparent's),
+        # to match the receiver's logs with ours.
+        "span_id": doc.get("span_id"),
     }
 
 

@@ -97,3 +97,18 @@ def test_headers_as_aiohttp_decodes_them_always_make_a_record(
                        headers=ad.redact_headers(items), body=ad.excerpt(b"ok"))  # fmt: skip
     assert b"\\u0000" not in record
     assert len(orjson.loads(record)["response_headers"]) == len(items)
+
+
+def test_credentials_in_other_headers_values_are_redacted() -> None:
+    got = dict(
+        ad.redact_headers([
+            ("Location", "https://user:pw@h.example/next?a=b@c"),
+            ("Set-Cookie2", "sid=1"),
+            ("Link", "<http://bob@h.example/>; rel=next"),
+            ("X-Mail", "ops@example.com"),
+        ])
+    )  # fmt: skip
+    assert got["location"] == "https://[redacted]@h.example/next?a=b@c"
+    assert got["set-cookie2"] == ad.REDACTED
+    assert got["link"] == "<http://[redacted]@h.example/>; rel=next"
+    assert got["x-mail"] == "ops@example.com"  # no URL: nothing to redact
