@@ -30,7 +30,10 @@ _SECRET_HEADERS = frozenset({
     "proxy-authenticate", "www-authenticate",
 })  # fmt: skip
 # A URL's user:password in any other header's value (a Location, a Link).
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#@\s]+@")
+# Possessive and anchored after a non-scheme character, so that a value
+# of many dots is one pass, not a rescan from each (a receiver's header
+# must never cost the loop); applied to the value already cut.
+_USERINFO = re.compile(r"(?i)(?<![a-z0-9+.-])([a-z][a-z0-9+.-]*+:)?//(?:[^/?#\s@]*+@)++")
 _SECRET_WORDS = re.compile(r"token|secret|key|auth|session|password|signature", re.I)
 
 _TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
@@ -84,9 +87,13 @@ def redact_headers(items: Iterable[tuple[str, str]]) -> list[list[str]]:
             break
         low = storable(name.lower())
         secret = low in _SECRET_HEADERS or _SECRET_WORDS.search(low) is not None
-        if not secret and "@" in value:
-            value = _USERINFO.sub(rf"\1{REDACTED}@", value)
-        out.append([low, REDACTED if secret else storable(value[:MAX_HEADER_VALUE])])
+        if secret:
+            out.append([low, REDACTED])
+            continue
+        value = value[:MAX_HEADER_VALUE]
+        if "@" in value:
+            value = _USERINFO.sub(rf"\1//{REDACTED}@", value)
+        out.append([low, storable(value)])
     return out
 
 
@@ -95,9 +102,8 @@ def excerpt(body: bytes) -> str:
     once stored (bytes that are not UTF-8 replaced, which can triple them;
     a character cut at the edge dropped)."""
     text = storable(body[:EXCERPT_BYTES].decode("utf-8", errors="replace"))
-    if len(text) * 3 <= EXCERPT_BYTES:  # whatever its characters, it fits
-        return text
-    return text.encode()[:EXCERPT_BYTES].decode("utf-8", errors="ignore")
+    raw = text.encode()
+    return text if len(raw) <= EXCERPT_BYTES else raw[:EXCERPT_BYTES].decode(errors="ignore")
 
 
 def storable(text: str) -> str:

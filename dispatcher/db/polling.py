@@ -21,15 +21,22 @@ async def acknowledge(conn: Conn, endpoint_id: int, last_id: int, cutoff: dateti
     return int(done.split()[-1])
 
 
-async def page(conn: Conn, endpoint_id: int, limit: int, margin_s: float) -> list[asyncpg.Record]:
+async def page(
+    conn: Conn, endpoint_id: int, limit: int, margin_s: float, max_bytes: int
+) -> list[asyncpg.Record]:
     """The next rows, each with the page's `cutoff`: due by now less
     `margin_s`, or by now, up to the newest id, when no other transaction
-    was writing the live queue just before (queries.sql poll_writers)."""
-    writers = await conn.fetchrow(Q["poll_writers"])
-    busy = writers["busy"]
+    was writing the live queue just before (queries.sql poll_writers); cut
+    after `max_bytes` of payloads, each with the `total` before the cut."""
+    newest: int = await conn.fetchval(Q["poll_newest"])
+    busy: bool = await conn.fetchval(Q["poll_writers"])
     return list(
         await conn.fetch(
-            Q["poll_page"], endpoint_id, limit, margin_s if busy else 0.0,
-            None if busy else writers["newest"],
+            Q["poll_page"],
+            endpoint_id,
+            limit,
+            margin_s if busy else 0.0,
+            None if busy else newest,
+            max_bytes,
         )
-    )  # fmt: skip
+    )

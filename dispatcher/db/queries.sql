@@ -1649,18 +1649,23 @@ WHERE NOT EXISTS (SELECT 1 FROM webhook_queue q JOIN endpoints e ON e.id = q.end
 -- began (what expunge_messages compares with).
 SELECT coalesce((SELECT max(id) FROM webhook_queue), 0) AS newest, clock_timestamp() AS began;
 
+-- name: poll_newest
+-- The newest id taken so far (taken, not necessarily committed), read
+-- before poll_writers in a statement of its own.
+SELECT last_value FROM webhook_queue_id_seq;
+
 -- name: poll_writers
 -- Whether another transaction may still commit a row of the live queue
--- with an id below those already seen (any INSERT holds ROW EXCLUSIVE on
--- the table from before it takes its id until after its commit is
--- visible), and the newest id taken so far. Read before the page, in a
--- statement of its own: rows up to that id are all committed or gone by
--- the page's snapshot when no such writer was there.
+-- (an INSERT, through the table or the webhook_queue view, holds ROW
+-- EXCLUSIVE on what it names from before it takes its id until after its
+-- commit is visible; a prepared transaction has no pid). None now: every
+-- id up to poll_newest's, read before, is committed or gone by the page's
+-- snapshot, taken after.
 SELECT EXISTS (SELECT 1 FROM pg_locks l
-               WHERE l.locktype = 'relation' AND l.relation = 'webhook_live'::regclass
+               WHERE l.locktype = 'relation'
+                 AND l.relation IN ('webhook_live'::regclass, 'webhook_queue'::regclass)
                  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-                 AND l.mode = 'RowExclusiveLock' AND l.pid <> pg_backend_pid()) AS busy,
-       (SELECT last_value FROM webhook_queue_id_seq) AS newest;
+                 AND l.mode = 'RowExclusiveLock' AND l.pid IS DISTINCT FROM pg_backend_pid());
 
 -- name: poll_ack
 -- A polling endpoint's consumer came back with a cursor: what the page that
@@ -1679,15 +1684,25 @@ WHERE endpoint_id = $1 AND status IN ('pending', 'failed') AND id <= $2
 -- transaction that commits within the margin of its INSERT is seen in id
 -- order), or now when no writer could still commit below what is seen
 -- ($4, the newest id then; poll_writers), oldest id first, with the cutoff
--- for the cursor.
-SELECT q.id, q.event_id, q.event_type, q.created_at, q.payload::text AS payload,
-       c.cutoff
-FROM webhook_queue q, (SELECT now() - make_interval(secs => $3) AS cutoff) c
-WHERE q.endpoint_id = $1 AND q.status IN ('pending', 'failed')
-  AND q.next_attempt_at <= c.cutoff
-  AND ($4::bigint IS NULL OR q.id <= $4)
-ORDER BY q.id
-LIMIT $2;
+-- for the cursor; of those, the ones that start within $5 bytes of
+-- payload (the first always), and how many there were before that cut.
+WITH page AS (
+    SELECT q.id, q.event_id, q.event_type, q.created_at, q.payload::text AS payload, c.cutoff
+    FROM webhook_queue q, (SELECT now() - make_interval(secs => $3) AS cutoff) c
+    WHERE q.endpoint_id = $1 AND q.status IN ('pending', 'failed')
+      AND q.next_attempt_at <= c.cutoff
+      AND ($4::bigint IS NULL OR q.id <= $4)
+    ORDER BY q.id
+    LIMIT $2
+), sized AS (
+    SELECT page.*, sum(coalesce(octet_length(payload), 0)) OVER (ORDER BY id) AS running,
+           count(*) OVER () AS total
+    FROM page
+)
+SELECT id, event_id, event_type, created_at, payload, cutoff, total
+FROM sized
+WHERE running - coalesce(octet_length(payload), 0) < $5
+ORDER BY id;
 
 -- name: endpoint_url
 SELECT url FROM endpoints WHERE id = $1 AND deleted_at IS NULL AND kind = 'webhook';

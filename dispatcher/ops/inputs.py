@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from dispatcher.core.destinations import validate_destination
+from dispatcher.core.destinations import check_new_url, validate_destination
 from dispatcher.core.errors import BadInput
 from dispatcher.core.models import INTEGRAL, RANGES, EndpointSpec, fmt_number
 from dispatcher.core.shaping import compile_success_body, parse_value_map
@@ -354,6 +354,8 @@ def spec_from_fields(data: Mapping[str, Any], base: EndpointSpec | None = None) 
     if "url" not in values:
         raise BadInput("url is required")
     validate_destination(values["url"], values.get("macro_style", "brace"))
+    if "url" in data:  # given now, not kept from before
+        check_new_url(values["url"])
     secret = values.get("secret")
     if secret is not None:
         validate_secret(secret)

@@ -3,14 +3,17 @@ reads its endpoint's deliveries in order with a cursor, and coming back
 with the cursor acknowledges what it read (those deliveries become
 `delivered`).
 
-The cursor is `<last id>.<cutoff in µs>`: the page showed every pending
+The cursor is `<last id>_<cutoff in µs>`: the page showed every pending
 row due by its cutoff up to the last id, so exactly those are
 acknowledged; a row scheduled later, or committed later with a lower id,
 stays pending and comes in a later page. The cutoff is the read's time
 when no other transaction was writing the live queue (then nothing can
 still commit below the ids seen: a row is readable as soon as it is
-committed), else that time less POLL_MARGIN_S. The web layer repeats
-`read` for a long poll (`wait_s`), on a pooled connection each time.
+committed), else that time less POLL_MARGIN_S. (A cursor from before,
+`<last id>.<read time in µs>`, is read as its read time less the margin,
+what its page used.) A page stops early past PAGE_BYTES of payloads. The
+web layer repeats `read` for a long poll (`wait_s`), on a pooled
+connection each time.
 """
 
 from __future__ import annotations
@@ -34,25 +37,30 @@ MAX_WAIT_S = 30.0
 # of its INSERT is seen in id order (the prober's watermark makes the same
 # bet, worker/prober.py).
 POLL_MARGIN_S = 1.0
+# A page's payloads (up to 256 KiB each) stop adding rows past this many
+# bytes (one row always): a thousand of them is not one answer.
+PAGE_BYTES = 8 * 1024 * 1024
 
 
 def parse_cursor(value: str | None) -> tuple[int, datetime] | None:
+    """(last id, cutoff) of a cursor this route returned; None for none."""
     if value is None or value == "":
         return None
-    head, _, tail = value.partition(".")
+    old = "_" not in value  # `<id>.<read time>`, before the cutoff was kept
+    head, _, tail = value.partition("." if old else "_")
     if not (head.isascii() and head.isdigit() and tail.isascii() and tail.isdigit()):
         raise BadInput("cursor is not one this route returned")
     if len(head) > 19 or len(tail) > 19:
         raise BadInput("cursor is not one this route returned")
     try:
-        at = datetime.fromtimestamp(int(tail) / 1_000_000, UTC)
-    except (OverflowError, OSError, ValueError):
+        at = EPOCH + int(tail) * MICROSECOND
+    except OverflowError:
         raise BadInput("cursor is not one this route returned") from None
-    return int(head), at
+    return int(head), at - timedelta(seconds=POLL_MARGIN_S) if old else at
 
 
 def make_cursor(last_id: int, cutoff: datetime) -> str:
-    return f"{last_id}.{(cutoff - EPOCH) // MICROSECOND}"  # exact: no float on the way
+    return f"{last_id}_{(cutoff - EPOCH) // MICROSECOND}"  # exact: no float on the way
 
 
 def check_limit(text: str | None) -> int:
@@ -60,9 +68,10 @@ def check_limit(text: str | None) -> int:
     DEFAULT_LIMIT when absent."""
     if text is None:
         return DEFAULT_LIMIT
-    if not text.isascii() or not text.isdigit() or int(text[:7]) < 1:
+    digits = text.lstrip("0") if text.isascii() and text.isdigit() else ""
+    if not digits:
         raise BadInput(f"limit must be a whole number from 1 to {MAX_LIMIT}")
-    return min(int(text[:7]), MAX_LIMIT)
+    return MAX_LIMIT if len(digits) > 4 else min(int(digits), MAX_LIMIT)
 
 
 def check_wait(text: str | None) -> float:
@@ -98,8 +107,9 @@ async def read(
     async with conn.transaction():
         if cursor is not None:
             await polling.acknowledge(conn, endpoint_id, cursor[0], cursor[1])
-        rows = await polling.page(conn, endpoint_id, limit + 1, POLL_MARGIN_S)
+        rows = await polling.page(conn, endpoint_id, limit + 1, POLL_MARGIN_S, PAGE_BYTES)
     shown = rows[:limit]
+    done = not rows or (len(rows) == rows[0]["total"] and len(rows) <= limit)
     data = [
         {
             "id": r["id"],
@@ -112,4 +122,4 @@ async def read(
         for r in shown
     ]
     nxt = make_cursor(shown[-1]["id"], shown[-1]["cutoff"]) if shown else given
-    return {"data": data, "cursor": nxt, "done": len(rows) <= limit}
+    return {"data": data, "cursor": nxt, "done": done}

@@ -15,6 +15,7 @@ resolved since that another is due (`resolved`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 
@@ -131,17 +132,22 @@ class Claimer:
                 # transaction: one commit for both. The claim comes first and
                 # its rows are on their way before the outcomes are written
                 # (written first, they held the rows back: -20 % at 0 ms).
-                # Should the commit then fail, those rows are a lost claim,
-                # as after a failover: their outcomes are taken by the rows
-                # as they stand (record_outcomes), and at worst another
-                # worker sends one again once it is due.
+                # The outcomes are written in a savepoint: should they fail,
+                # the claim still commits (its rows are on their way) and the
+                # recorder keeps them for its flusher. Should the commit
+                # itself fail (the connection lost), those rows are a lost
+                # claim, as after a failover: their outcomes are taken by the
+                # rows as they stand (record_outcomes), and at worst another
+                # worker sends one again.
                 async with recorder.riding(conn) as write_outcomes:
                     if write_outcomes is None:
                         rows = await self._claim_pass(conn, first, limit)
                     else:
                         async with conn.transaction():
                             rows = await self._claim_pass(conn, first, limit)
-                            await write_outcomes()
+                            with contextlib.suppress(*DATABASE_ERRORS):
+                                async with conn.transaction():
+                                    await write_outcomes()
                 more = planner.second_pass(
                     wants, first, planner.counts([d.endpoint_id for d in rows]), limit - len(rows)
                 )

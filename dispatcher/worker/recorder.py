@@ -122,18 +122,24 @@ class Recorder:
 
     def add(self, outcome: Outcome) -> None:
         self._buffer.append(outcome)
-        if outcome.status is not Status.DELIVERED:
-            self._urgent = True
         if len(self._buffer) == 1:
             self._oldest_at = time.monotonic()
             self._flush_wanted.set()
         elif len(self._buffer) >= self._flush_size:
             self._flush_wanted.set()
+        if outcome.status is not Status.DELIVERED and not self._urgent:
+            self._now_urgent()
 
     def add_results(self, endpoint_id: int, results: list[bool]) -> None:
         self._results.setdefault(endpoint_id, []).extend(results)
         if not self._urgent and self._touched({endpoint_id: results}, time.monotonic()):
-            self._urgent = True
+            self._now_urgent()
+
+    def _now_urgent(self) -> None:
+        """What is buffered may wait one interval, not RIDE_WAITS: the
+        flusher, waiting out the longer one, looks again now."""
+        self._urgent = True
+        self._flush_wanted.set()
 
     def _due_in(self, now: float) -> float:
         """How long what is buffered may still wait. While claims come
@@ -155,7 +161,12 @@ class Recorder:
                 wait_s = self._due_in(time.monotonic())
                 if wait_s <= 0:
                     break
-                await asyncio.sleep(wait_s)
+                # Until then, or until what is buffered may wait less (an
+                # urgent outcome, a full buffer, a ride given back).
+                self._flush_wanted.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._flush_wanted.wait(), wait_s)
+                self._flush_wanted.clear()
             if not (self._buffer or self._results):
                 continue  # a claim carried it all
             started = self._db.now()

@@ -10,9 +10,11 @@ import json
 import time
 
 import asyncpg
+import pytest
 
 from dispatcher.core.retention import DAY_S, Retention
 from dispatcher.db import upkeep
+from dispatcher.ops import polling as ops_polling
 from tests.helpers import drain, statuses, tenant_api
 
 ADMIN = "polling-admin-token-0123456789abcdef"
@@ -177,3 +179,28 @@ async def test_unread_past_the_retention_is_dead_lettered_and_replayable(
         await conn.execute("UPDATE webhook_live SET next_attempt_at = now() - interval '30 days'")
         await upkeep.maintain(conn, DAY_S, Retention(delivered_s=0))
         assert await statuses(conn) == {"pending": 2}
+
+
+async def test_a_page_stops_at_its_bytes_and_old_cursors_still_acknowledge(
+    db_url: str, conn: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with tenant_api(db_url, ADMIN, []) as api:
+        ep = await api.ok("POST", "/v1/endpoints", {"url": "poll:"})
+        path = f"/v1/poll/{ep['id']}"
+        ids = await _enqueue(conn, 5, "b")  # payloads of 8 bytes: {"n": 0}
+        monkeypatch.setattr(ops_polling, "PAGE_BYTES", 20)
+        # Rows that start within 20 bytes: three (0, 8, 16); more are there.
+        page = await api.ok("GET", f"{path}?limit=0010")  # leading zeros are a number
+        assert [d["event_id"] for d in page["data"]] == ids[:3] and page["done"] is False
+        monkeypatch.setattr(ops_polling, "PAGE_BYTES", 1)
+        one = await api.ok("GET", f"{path}?cursor={page['cursor']}")
+        assert [d["event_id"] for d in one["data"]] == [ids[3]]  # the first row always
+        assert one["done"] is False
+        # A cursor of the earlier form (`<id>.<read time>`) acknowledges
+        # what its page showed: due a second before its read.
+        last_id = one["data"][0]["id"]
+        old = f"{last_id}.{int((time.time() + 5) * 1_000_000)}"
+        await conn.execute("UPDATE webhook_live SET next_attempt_at = now() - interval '3 s'")
+        rest = await api.ok("GET", f"{path}?cursor={old}")
+        assert [d["event_id"] for d in rest["data"]] == [ids[4]] and rest["done"] is True
+        assert await statuses(conn) == {"delivered": 4, "pending": 1}

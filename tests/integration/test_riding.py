@@ -138,7 +138,9 @@ async def test_only_clean_successes_wait_for_a_claim(db_url: str) -> None:
         rec.add(Outcome(2, 7, Status.DELIVERED, 0.0, True, 200, 5, attempt=0))
         rec.add_results(7, [True])
         assert rec._due_in(time.monotonic()) > (RIDE_WAITS - 1) * step
+        rec._flush_wanted.clear()  # the flusher took the first one and waits out RIDE_WAITS
         rec.add(Outcome(3, 7, Status.FAILED, 1.0, True, 500, 5, attempt=0))
+        assert rec._flush_wanted.is_set()  # it looks again now, not after the long wait
         rec.add_results(7, [False])
         assert rec._due_in(time.monotonic()) <= step
     finally:

@@ -74,12 +74,16 @@ def test_parent_ids_read_a_valid_traceparent_only() -> None:
         assert ad.parent_ids(bad) is None
 
 
-@given(st.binary(max_size=3 * ad.EXCERPT_BYTES))
+@given(
+    st.binary(max_size=3 * ad.EXCERPT_BYTES)
+    | st.builds(lambda t, b: t.encode() + b, st.text(max_size=ad.EXCERPT_BYTES), st.binary())
+)
 def test_an_excerpt_is_bounded_once_stored_and_jsonb_takes_it(body: bytes) -> None:
     text = ad.excerpt(body)
     assert len(text.encode()) <= ad.EXCERPT_BYTES
     assert "\x00" not in text
     assert orjson.loads(orjson.dumps(text)) == text
+    assert len(ad.excerpt(("\U0001f600" * 1000).encode() + b"\xff" * 96).encode()) <= 4096
     if body[: ad.EXCERPT_BYTES].isascii() and b"\x00" not in body:
         assert text == body[: ad.EXCERPT_BYTES].decode()
 
@@ -106,9 +110,11 @@ def test_credentials_in_other_headers_values_are_redacted() -> None:
             ("Set-Cookie2", "sid=1"),
             ("Link", "<http://bob@h.example/>; rel=next"),
             ("X-Mail", "ops@example.com"),
+            ("Content-Location", "//u:p@ss@h.example/x"),
         ])
     )  # fmt: skip
     assert got["location"] == "https://[redacted]@h.example/next?a=b@c"
     assert got["set-cookie2"] == ad.REDACTED
     assert got["link"] == "<http://[redacted]@h.example/>; rel=next"
     assert got["x-mail"] == "ops@example.com"  # no URL: nothing to redact
+    assert got["content-location"] == "//[redacted]@h.example/x"  # to the last @

@@ -65,14 +65,16 @@ class NatsLink:
 
 async def connect(target: BrokerTarget, host: str, context: ssl.SSLContext | None) -> NatsLink:
     shown = f"[{host}]" if ":" in host else host
+    # user:password, or a token: `:TOKEN@` (destinations.py), or `TOKEN@`
+    # as NATS writes it, in an endpoint stored before that was refused.
+    paired = bool(target.username) and target.password is not None
     client = Client()
     try:
         await client.connect(
             servers=[f"{'tls' if context else 'nats'}://{shown}:{target.port}"],
-            # `nats://:TOKEN@host`: token authentication (destinations.py).
-            user=target.username or None,
-            password=target.password if target.username else None,
-            token=target.password if not target.username else None,
+            user=target.username if paired else None,
+            password=target.password if paired else None,
+            token=None if paired else (target.password or target.username or None),
             tls=context,
             tls_hostname=target.host if context else None,
             allow_reconnect=False,
