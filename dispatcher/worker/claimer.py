@@ -15,7 +15,6 @@ resolved since that another is due (`resolved`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Callable
 
@@ -129,25 +128,21 @@ class Claimer:
         try:
             async with acquire(pool) as conn:
                 # The outcomes waiting to be written go in the first pass's
-                # transaction: one commit for both. The claim comes first and
-                # its rows are on their way before the outcomes are written
-                # (written first, they held the rows back: -20 % at 0 ms).
-                # The outcomes are written in a savepoint: should they fail,
-                # the claim still commits (its rows are on their way) and the
-                # recorder keeps them for its flusher. Should the commit
-                # itself fail (the connection lost), those rows are a lost
-                # claim, as after a failover: their outcomes are taken by the
-                # rows as they stand (record_outcomes), and at worst another
-                # worker sends one again.
+                # transaction: one commit for both. Its rows start once that
+                # commit is made, not before: a row sent under a claim that
+                # a crash then undid would be sent again by another worker
+                # though it was never seen in flight (test_kill_9). Should
+                # the write fail, the claim goes with it and nothing was
+                # sent; the recorder keeps the outcomes (`behind`).
                 async with recorder.riding(conn) as write_outcomes:
                     if write_outcomes is None:
                         rows = await self._claim_pass(conn, first, limit)
                     else:
                         async with conn.transaction():
-                            rows = await self._claim_pass(conn, first, limit)
-                            with contextlib.suppress(*DATABASE_ERRORS):
-                                async with conn.transaction():
-                                    await write_outcomes()
+                            claimed = await self._claim_pass(conn, first, limit, start=False)
+                            await write_outcomes()
+                        rows = claimed
+                        await self._started(rows)
                 more = planner.second_pass(
                     wants, first, planner.counts([d.endpoint_id for d in rows]), limit - len(rows)
                 )
@@ -171,7 +166,7 @@ class Claimer:
         return len(rows), len(rows) == limit and self._in_flight() < self._window()
 
     async def _claim_pass(
-        self, conn: Conn, wants: list[planner.Want], limit: int
+        self, conn: Conn, wants: list[planner.Want], limit: int, *, start: bool = True
     ) -> list[Delivery]:
         self._stats.statements += 1
         rows = await store.claim(
@@ -182,7 +177,8 @@ class Claimer:
             limit=limit,
             worker=self._worker,
         )
-        await self._started(rows)
+        if start:
+            await self._started(rows)
         return rows
 
     async def _started(self, rows: list[Delivery]) -> None:
