@@ -68,6 +68,12 @@ async def cmd_endpoint_add(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_endpoint_update(args: argparse.Namespace, settings: Settings) -> int:
     # The PATCH operation: the flags given replace, the others stay.
     patch = _fields(args)
+    if getattr(args, "signature", None) is not None:
+        raise BadInput("use rotate-secret to change a secret (its scheme comes with a new one)")
+    if getattr(args, "app", None) is not None:
+        # Taken as add takes it; it may only name the endpoint's own
+        # application (an endpoint stays where it is: ops.endpoints).
+        patch["app"] = args.app
     if not patch:
         raise BadInput("endpoint update needs a flag to change (see `endpoint update --help`)")
     box = settings.secret_box()
@@ -81,10 +87,11 @@ async def cmd_endpoint_update(args: argparse.Namespace, settings: Settings) -> i
     )
 
 
-# endpoint add's flags that set nothing an update may change: the secret's
-# scheme comes with a new secret (rotate-secret), and an endpoint stays in
-# its application.
-_NOT_UPDATED = frozenset({"help", "json", "signature", "app"})
+# Every flag of endpoint add is one of update (SPEC): `--app` may only
+# repeat the endpoint's application, and `--signature`, like `--secret`,
+# is refused with a line naming rotate-secret (a secret's scheme comes
+# with a new secret).
+_NOT_UPDATED = frozenset({"help", "json"})
 
 
 def _update_flags(add: argparse.ArgumentParser, update: argparse.ArgumentParser) -> None:

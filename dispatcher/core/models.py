@@ -279,7 +279,7 @@ class EndpointSpec(EndpointSettings):
         if problem is not None:
             raise BadInput(problem)
         if not self.event_types or any(
-            not t or len(t) > 200 or not t.isprintable() for t in self.event_types
+            not t or len(t) > 256 or not t.isprintable() for t in self.event_types
         ):
             raise BadInput("event types must be non-empty printable strings")
         if len(self.event_types) > MAX_EVENT_TYPES:

@@ -104,10 +104,15 @@ def _printable_id(value: Any) -> bool:
     return isinstance(value, str) and 0 < len(value) <= 200 and value.isprintable()
 
 
+# SPEC "Event types": names of 1 to 256 characters; what can be declared can
+# be sent and subscribed to.
+MAX_EVENT_TYPE = 256
+
+
 def check_event_type(value: Any) -> str:
-    if not _printable_id(value):
-        raise BadInput("event_type must be 1..200 printable characters")
-    return str(value)
+    if not (isinstance(value, str) and 0 < len(value) <= MAX_EVENT_TYPE and value.isprintable()):
+        raise BadInput(f"event_type must be 1..{MAX_EVENT_TYPE} printable characters")
+    return value
 
 
 def check_event_id(value: Any) -> str | None:

@@ -127,7 +127,7 @@ ROUTES: tuple[Route, ...] = (
     _route("POST",   "/api/v1/app", ADMIN, apps_create,
            "create an application (?get_if_exists=true: or get it by uid)", "201", body=True),
     _route("GET",    A, APP, app_get, "get an application by id or uid"),
-    _route("PUT",    A, ADMIN, app_update(False), "create or replace an application", body=True),
+    _route("PUT",    A, APP, app_update(False), "create or replace an application", body=True),
     _route("PATCH",  A, APP, app_update(True), "change an application", body=True),
     _route("DELETE", A, ADMIN, app_delete, "delete an application and its endpoints", "204"),
     _route("GET",    A + "/endpoint", APP, endpoints_list, "list endpoints"),

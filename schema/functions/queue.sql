@@ -12,8 +12,8 @@
 CREATE OR REPLACE FUNCTION dispatcher_check_event(p_event_type text, p_event_id text, p_payload json)
 RETURNS void LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    IF p_event_type IS NULL OR p_event_type = '' OR length(p_event_type) > 200 THEN
-        RAISE EXCEPTION 'event_type must be 1..200 characters' USING ERRCODE = '22023';
+    IF p_event_type IS NULL OR p_event_type = '' OR length(p_event_type) > 256 THEN
+        RAISE EXCEPTION 'event_type must be 1..256 characters' USING ERRCODE = '22023';
     END IF;
     IF length(p_event_id) NOT BETWEEN 1 AND 200 THEN
         RAISE EXCEPTION 'event_id must be 1..200 characters' USING ERRCODE = '22023';

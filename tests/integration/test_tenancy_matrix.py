@@ -173,7 +173,9 @@ MATRIX: dict[str, tuple[int | None, ...]] = {
                                                   (X,   X,    X,    200,  401, 401, X,    X),
     "GET /api/v1/app":                            (X,   X,    X,    200,  401, 401, X,    X),
     "POST /api/v1/app":                           (X,   X,    X,    201,  401, 401, X,    X),
-    "PUT /api/v1/app/{app}":                      (X,   X,    X,    200,  401, 401, X,    X),
+    # SPEC "Limits": its own metadata, never its uid or name (the body
+    # repeats them): the SDK's application.update() is this PUT.
+    "PUT /api/v1/app/{app}":                      (200, 404,  403,  200,  401, 401, 403,  200),
     "DELETE /api/v1/app/{app}":                   (X,   X,    X,    None, 401, 401, X,    X),
 }
 # A list's "other" cell is acme's list while globex has rows: 200, without them.
