@@ -127,22 +127,7 @@ class Claimer:
         rows: list[Delivery] = []
         try:
             async with acquire(pool) as conn:
-                # The outcomes waiting to be written go in the first pass's
-                # transaction: one commit for both. Its rows start once that
-                # commit is made, not before: a row sent under a claim that
-                # a crash then undid would be sent again by another worker
-                # though it was never seen in flight (test_kill_9). Should
-                # the write fail, the claim goes with it and nothing was
-                # sent; the recorder keeps the outcomes (`behind`).
-                async with recorder.riding(conn) as write_outcomes:
-                    if write_outcomes is None:
-                        rows = await self._claim_pass(conn, first, limit)
-                    else:
-                        async with conn.transaction():
-                            claimed = await self._claim_pass(conn, first, limit, start=False)
-                            await write_outcomes()
-                        rows = claimed
-                        await self._started(rows)
+                rows = await self._claim_pass(conn, first, limit)
                 more = planner.second_pass(
                     wants, first, planner.counts([d.endpoint_id for d in rows]), limit - len(rows)
                 )
@@ -166,7 +151,7 @@ class Claimer:
         return len(rows), len(rows) == limit and self._in_flight() < self._window()
 
     async def _claim_pass(
-        self, conn: Conn, wants: list[planner.Want], limit: int, *, start: bool = True
+        self, conn: Conn, wants: list[planner.Want], limit: int
     ) -> list[Delivery]:
         self._stats.statements += 1
         rows = await store.claim(
@@ -177,24 +162,19 @@ class Claimer:
             limit=limit,
             worker=self._worker,
         )
-        if start:
-            await self._started(rows)
-        return rows
-
-    async def _started(self, rows: list[Delivery]) -> None:
-        if not rows:
-            return
-        # A secret rotated while the claim was on its way (after the check
-        # above) committed before the rows this claim saw, and its
-        # notification is read by now, or within a turn of the loop (another
-        # socket): sign with it, not with the gates' last read.
-        await asyncio.sleep(0)
-        await self._caught_up()
+        if rows:
+            # A secret rotated while the claim was on its way (after the
+            # check above) committed before the rows this claim saw, and
+            # its notification is read by now, or within a turn of the loop
+            # (another socket): sign with it, not with the gates' last read.
+            await asyncio.sleep(0)
+            await self._caught_up()
         # On their way at once: a first pass's rows (an application's fresh
         # event among them) do not wait for the second pass, nor for its
         # failure, which would leave them to their lease.
         for d in rows:
             self._start(d)
+        return rows
 
     async def _failed_with(self, exc: BaseException, started: float, drain: bool) -> None:
         self._connectivity.failed("claim", exc, started=started)

@@ -422,9 +422,8 @@ class Engine:
     def _wake_for(self, delay_s: float) -> None:
         """A row comes due again sooner than the next poll: wake then (one
         timer, for the earliest), so short retry delays are kept."""
-        # The row's due time is set when its outcome is written, at most a
-        # flush later than now (a retry never waits for a claim to carry
-        # it: recorder.RIDE_WAITS): wake a little after that, not before.
+        # The row's due time is set when its outcome is written, a flush
+        # later than now: wake a little after that, not before.
         delay_s += self.settings.flush_interval_s + RETRY_WAKE_SLACK_S
         if delay_s >= self.settings.poll_interval_s:
             return

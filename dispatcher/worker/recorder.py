@@ -24,10 +24,8 @@ is claimed while the database is unreachable.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import asyncpg
 
@@ -47,24 +45,6 @@ FLUSH_RETRY_S = 1.0
 # Successes alone skip the breaker write for an endpoint whose stored
 # breaker this recorder wrote clean this recently.
 QUIET_S = 1.0
-# How many flush intervals a clean success may wait for a claim to carry
-# it. Anything else (a failure, a retry, a breaker that may change) waits
-# one, as it did before claims carried outcomes: a breaker stored late lets
-# a second worker send a second half-open probe, and a retry's due time is
-# set when its outcome is written.
-RIDE_WAITS = 4
-
-
-@dataclass(frozen=True, slots=True)
-class _Written:
-    """What one batch wrote, for the bookkeeping after its commit."""
-
-    batch: list[Outcome]
-    results: dict[int, list[bool]]
-    breakers: dict[int, Breaker]
-    lags: list[float]
-    at: float  # monotonic, when the write began
-    t0: float  # perf_counter, for the flush's duration
 
 
 def on_auto_disabled(disabled: list[tuple[int, str]]) -> None:
@@ -111,9 +91,6 @@ class Recorder:
         # A flush failed and its outcomes wait: write them before claiming
         # more, or rows whose lease ran out meanwhile would be sent again.
         self.behind = False
-        self._claimed_at = float("-inf")  # when a claim last offered to carry outcomes
-        self._oldest_at = 0.0  # when the buffer last went from empty to not
-        self._urgent = False  # something buffered may not wait RIDE_WAITS intervals
 
     @property
     def waiting(self) -> int:
@@ -122,58 +99,21 @@ class Recorder:
 
     def add(self, outcome: Outcome) -> None:
         self._buffer.append(outcome)
-        if len(self._buffer) == 1:
-            self._oldest_at = time.monotonic()
+        if len(self._buffer) >= self._flush_size or len(self._buffer) == 1:
             self._flush_wanted.set()
-        elif len(self._buffer) >= self._flush_size:
-            self._flush_wanted.set()
-        if outcome.status is not Status.DELIVERED and not self._urgent:
-            self._now_urgent()
 
     def add_results(self, endpoint_id: int, results: list[bool]) -> None:
         self._results.setdefault(endpoint_id, []).extend(results)
-        if not self._urgent and self._touched({endpoint_id: results}, time.monotonic()):
-            self._now_urgent()
-
-    def _now_urgent(self) -> None:
-        """What is buffered may wait one interval, not RIDE_WAITS: the
-        flusher, waiting out the longer one, looks again now."""
-        self._urgent = True
-        self._flush_wanted.set()
-
-    def _due_in(self, now: float) -> float:
-        """How long what is buffered may still wait. While claims come
-        they carry it (`riding`), and the flusher writes only what none
-        took: a clean success waits at most RIDE_WAITS intervals for a
-        claim, anything else one, as does everything when no claim came
-        lately; none once the buffer is full."""
-        if len(self._buffer) >= self._flush_size:
-            return 0.0
-        claims_come = now - self._claimed_at < RIDE_WAITS * self._flush_interval_s
-        allowed = self._flush_interval_s * (RIDE_WAITS if claims_come and not self._urgent else 1)
-        return allowed - (now - self._oldest_at)
 
     async def run(self) -> None:
         while True:
             await self._flush_wanted.wait()
+            if len(self._buffer) < self._flush_size:
+                await asyncio.sleep(self._flush_interval_s)
             self._flush_wanted.clear()
-            while self._buffer or self._results:
-                wait_s = self._due_in(time.monotonic())
-                if wait_s <= 0:
-                    break
-                # Until then, or until what is buffered may wait less (an
-                # urgent outcome, a full buffer, a ride given back).
-                self._flush_wanted.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._flush_wanted.wait(), wait_s)
-                self._flush_wanted.clear()
-            if not (self._buffer or self._results):
-                continue  # a claim carried it all
             started = self._db.now()
             try:
-                # One batch a turn, not until the buffer is empty: between
-                # turns the lock is free for claims to carry what came since.
-                await self._flush(until_empty=False)
+                await self.flush_all()
             except DATABASE_ERRORS as exc:
                 self.behind = True
                 self._db.failed("flush", exc, started=started)
@@ -184,73 +124,20 @@ class Recorder:
 
     async def flush_all(self) -> None:
         """Writes everything buffered; raises (keeping it all) if it cannot."""
-        await self._flush(until_empty=True)
-
-    async def _flush(self, *, until_empty: bool) -> None:
         async with self._flush_lock:
             while self._buffer or self._results:
-                batch, results = self._take()
+                batch, self._buffer = self._buffer, []
+                results, self._results = self._results, {}
                 try:
-                    async with acquire(self._pool) as conn, conn.transaction():
-                        written = await self._write(conn, batch, results)
+                    await self._write(batch, results)
                 except BaseException:
-                    self._restore(batch, results)
+                    # Keep them for the next try: an outcome is never dropped.
+                    self._buffer = batch + self._buffer
+                    for eid, later in self._results.items():
+                        results.setdefault(eid, []).extend(later)
+                    self._results = results
                     raise
-                self._written(written)
-                if not until_empty:
-                    break
             self.behind = False
-
-    @contextlib.asynccontextmanager
-    async def riding(self, conn: Conn) -> AsyncIterator[Callable[[], Awaitable[None]] | None]:
-        """Lends what is buffered to another writer's transaction on `conn`:
-        the claim's (claimer.py), so that outcomes and the next claim cost one
-        commit, not two (issue 31: transactions per delivery). Gives None when
-        there is nothing to lend (or a flush is under way: the claim does not
-        wait for it); else a function that writes it, which the caller calls
-        inside a transaction it opens within this block. On leaving, what it
-        wrote counts as written; after an exception, or if it was never
-        called, the batch is buffered again for the flusher."""
-        self._claimed_at = time.monotonic()
-        if self._flush_lock.locked() or self.behind or not (self._buffer or self._results):
-            yield None
-            return
-        async with self._flush_lock:
-            batch, results = self._take()
-            written: list[_Written] = []
-
-            async def write() -> None:
-                written.append(await self._write(conn, batch, results))
-
-            try:
-                yield write
-            except BaseException as exc:
-                self._restore(batch, results)
-                if isinstance(exc, DATABASE_ERRORS):
-                    # As after a failed flush: written before the next claim.
-                    self.behind = True
-                raise
-            if written:
-                self._written(written[0])
-            else:
-                self._restore(batch, results)
-
-    def _take(self) -> tuple[list[Outcome], dict[int, list[bool]]]:
-        batch, self._buffer = self._buffer, []
-        results, self._results = self._results, {}
-        self._urgent = False
-        return batch, results
-
-    def _restore(self, batch: list[Outcome], results: dict[int, list[bool]]) -> None:
-        """Keeps a batch that was not written for the next try: an outcome is
-        never dropped, and the results stay in the order they were sent."""
-        self._buffer = batch + self._buffer
-        for eid, later in self._results.items():
-            results.setdefault(eid, []).extend(later)
-        self._results = results
-        self._urgent = True
-        self._oldest_at = float("-inf")  # written late already: the flusher goes at once
-        self._flush_wanted.set()
 
     def _count(self, batch: list[Outcome]) -> None:
         """What was recorded (not merely attempted): the figures engine_stopped reports."""
@@ -278,10 +165,7 @@ class Recorder:
             if not (all(oks) and now_mono - self._clean_at.get(eid, float("-inf")) < QUIET_S)
         )
 
-    async def _write(
-        self, conn: Conn, batch: list[Outcome], results: dict[int, list[bool]]
-    ) -> _Written:
-        """The batch's statements, in the caller's transaction on `conn`."""
+    async def _write(self, batch: list[Outcome], results: dict[int, list[bool]]) -> None:
         now_mono = time.monotonic()
         touched = self._touched(results, now_mono)
         gone = sorted({o.endpoint_id for o in batch if o.disable_endpoint})
@@ -295,49 +179,45 @@ class Recorder:
         disabled: list[int] = []
         auto: list[int] = []
         ops = self._ops_webhooks()
-        lags: list[float] = []
-        if batch:
-            lags = await store.record_outcomes(conn, batch, self.worker)
-            self.stats.statements += 1
-        if touched:
-            written, transitions, auto = await self._write_breakers(conn, touched, results)
-        if gone:
-            disabled = await store.disable_gone(conn, gone)
-            self.stats.statements += 1
-        if pauses:
-            await store.pause_endpoints(conn, pauses)
-            self.stats.statements += 1
-        if ops:
-            events = opsevents.of_flush(batch, disabled, transitions, ops)
-            events += [opsevents.disabled(e, opsevents.AUTO) for e in auto if e not in ops]
-            if events:
-                await store.ops_emit(conn, events)
+        async with acquire(self._pool) as conn, conn.transaction():
+            lags: list[float] = []
+            if batch:
+                lags = await store.record_outcomes(conn, batch, self.worker)
                 self.stats.statements += 1
-        return _Written(batch, results, written, lags, now_mono, t0)
-
-    def _written(self, w: _Written) -> None:
-        """After the commit: counts, the rewriter's copy, the gates' breakers."""
-        batch, results = w.batch, w.results
+            if touched:
+                written, transitions, auto = await self._write_breakers(conn, touched, results)
+            if gone:
+                disabled = await store.disable_gone(conn, gone)
+                self.stats.statements += 1
+            if pauses:
+                await store.pause_endpoints(conn, pauses)
+                self.stats.statements += 1
+            if ops:
+                events = opsevents.of_flush(batch, disabled, transitions, ops)
+                events += [opsevents.disabled(e, opsevents.AUTO) for e in auto if e not in ops]
+                if events:
+                    await store.ops_emit(conn, events)
+                    self.stats.statements += 1
         self.stats.flushes += 1
         self._count(batch)
         self._dead_letters.tick()
         if self._rewriter is not None:
             self._rewriter.wrote(batch)
-        for eid, b in w.breakers.items():
+        for eid, b in written.items():
             clean = b.state is BreakerState.CLOSED and b.consecutive_failures == 0
             if clean:
-                self._clean_at[eid] = w.at
+                self._clean_at[eid] = now_mono
             else:
                 self._clean_at.pop(eid, None)
         if results:
-            self._on_written({eid: len(oks) for eid, oks in results.items()}, w.breakers)
+            self._on_written({eid: len(oks) for eid, oks in results.items()}, written)
         if self.metrics is not None:
             m = self.metrics
-            m.flush_seconds.observe(time.perf_counter() - w.t0)
+            m.flush_seconds.observe(time.perf_counter() - t0)
             m.record_outcomes(
                 (o.status.value if o.spent_attempt else "released", o.response_ms) for o in batch
             )
-            m.record_lags(w.lags)
+            m.record_lags(lags)
             m.record_timings((o.endpoint_id, o.timing) for o in batch if o.timing is not None)
 
     async def _write_breakers(
