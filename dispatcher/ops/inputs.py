@@ -100,8 +100,8 @@ def _payload_text(payload: Any) -> str:
         raise BadInput(f"payload cannot be encoded as JSON: {exc}") from None
 
 
-def _printable_id(value: Any) -> bool:
-    return isinstance(value, str) and 0 < len(value) <= 200 and value.isprintable()
+def _printable_id(value: Any, most: int = 200) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= most and value.isprintable()
 
 
 # SPEC "Event types": names of 1 to 256 characters; what can be declared can
@@ -110,9 +110,9 @@ MAX_EVENT_TYPE = 256
 
 
 def check_event_type(value: Any) -> str:
-    if not (isinstance(value, str) and 0 < len(value) <= MAX_EVENT_TYPE and value.isprintable()):
+    if not _printable_id(value, MAX_EVENT_TYPE):
         raise BadInput(f"event_type must be 1..{MAX_EVENT_TYPE} printable characters")
-    return value
+    return str(value)
 
 
 def check_event_id(value: Any) -> str | None:
