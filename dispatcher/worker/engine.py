@@ -237,7 +237,8 @@ class Engine:
             log.event("engine_stopped", worker=self.worker, delivered=st.delivered,
                       retried=st.retried, dead=st.dead, released=st.released,
                       window=self._window.limit, window_max=self._window_max,
-                      claims=st.claims, statements=st.statements)  # fmt: skip
+                      claims=st.claims, flushes=st.flushes,
+                      statements=st.statements)  # fmt: skip
         if self._fatal is not None:
             raise OperationalError(f"worker stopped: {self._fatal}")
 

@@ -132,7 +132,9 @@ class Refresher:
     async def _read(self, heard: int) -> None:
         live_s = max(3.0, 3 * self._settings.endpoint_refresh_s)
         applied = self.applied
-        async with acquire(self._pool) as conn:
+        # One transaction for the three statements: one commit a refresh,
+        # not three (the refresh runs every second, busy or not).
+        async with acquire(self._pool) as conn, conn.transaction():
             in_flight, waiting = self._holding()
             others = await store.heartbeat(
                 conn, self._worker, socket.gethostname(), os.getpid(), live_s,
