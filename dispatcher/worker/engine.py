@@ -295,9 +295,10 @@ class Engine:
 
     def _wait_s(self, poll: float) -> float:
         """The poll; while busy with the prober parked (notify mode), its
-        tick: the claim is the probe, as the prober's busy tick makes it."""
+        tick: the claim is the probe, as the prober's busy tick makes it; a
+        claim held back for room sooner."""
         parked = self._prober is not None and self._prober.parked
-        return TICK_S if parked and self._claimer.last_got > 0 else poll
+        return self._claimer.hold_left(TICK_S if parked and self._claimer.last_got > 0 else poll)
 
     async def _pace(self) -> None:
         """Samples the loop's lag and resizes the window (window.py); room
