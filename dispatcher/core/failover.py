@@ -58,7 +58,15 @@ def worth_keeping(o: Outcome) -> bool:
 
 
 def kept(outcomes: Iterable[Outcome]) -> tuple[Outcome, ...]:
-    return tuple(o for o in outcomes if worth_keeping(o))
+    """The outcomes worth keeping, without what the rewrite never writes:
+    the attempt's record (its headers and the start of its body) and its
+    timings. Kept, they made 100,000 outcomes 420 MB of the worker's RSS
+    (measured: 494 MB peak on the fast drain against 75 MB without them)."""
+    return tuple(
+        o if o.detail is None and o.timing is None else o._replace(detail=None, timing=None)
+        for o in outcomes
+        if worth_keeping(o)
+    )
 
 
 def expired(

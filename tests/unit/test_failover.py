@@ -33,6 +33,17 @@ def test_what_is_kept(outcome: Outcome, kept: bool) -> None:
     assert failover.worth_keeping(outcome) is kept
 
 
+def test_kept_outcomes_drop_what_the_rewrite_never_writes() -> None:
+    recorded = out(1)._replace(detail=b'{"response_excerpt": "' + b"x" * 4000 + b'"}',
+                               timing=(0.001, 0.002, None, 0.003))  # fmt: skip
+    (k,) = failover.kept([recorded, out(2, Status.PENDING, spent=False)])
+    assert k.detail is None and k.timing is None
+    # Everything rewrite_outcomes and the lost flushes' announcements use stays.
+    assert k._replace(detail=recorded.detail, timing=recorded.timing) == recorded
+    bare = out(3)
+    assert failover.kept([bare])[0] is bare  # nothing to drop: not copied
+
+
 def test_kept_at_least_the_longest_lease() -> None:
     assert failover.keep_s(30.0) >= RANGES["timeout_ms"][1] / 1000 + 30.0
 
