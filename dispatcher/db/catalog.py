@@ -139,6 +139,8 @@ async def add_endpoint(
             )
         except asyncpg.ForeignKeyViolationError:
             raise BadInput(f"unknown application: {app}") from None
+        if row is None:
+            raise BadInput(f"unknown application: {app}")
     return _record(row)
 
 

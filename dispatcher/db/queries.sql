@@ -283,8 +283,11 @@ INSERT INTO endpoints (url, secret, event_types, rate_per_s, burst, max_in_fligh
                        name, description, method, body, success_body, filter, ordering,
                        ordering_key, client_cert, client_key, macro_style, value_map,
                        disable_after, disable_within_s, headers, application_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
-        $18::jsonb, $19, $20, $21, $22, $23, $24::jsonb, $25, $26, $27::jsonb, $28)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
+       $18::jsonb, $19, $20, $21, $22, $23, $24::jsonb, $25, $26, $27::jsonb, $28::text
+-- A deleted application (its row kept by Svix's delete) takes no endpoint:
+-- no row comes back, which the caller reports as an unknown application.
+WHERE EXISTS (SELECT 1 FROM applications WHERE id = $28::text AND deleted_at IS NULL)
 RETURNING *;
 
 -- name: list_endpoints
@@ -330,7 +333,8 @@ SELECT id, application_id FROM endpoints
 WHERE id = ANY($1::bigint[]) AND deleted_at IS NULL AND kind = 'webhook';
 
 -- name: application_ids
-SELECT id FROM applications WHERE id = ANY($1::text[]);
+-- A deleted application (Svix's delete keeps its row) is unknown here.
+SELECT id FROM applications WHERE id = ANY($1::text[]) AND deleted_at IS NULL;
 
 -- name: stage_events
 CREATE TEMP TABLE dispatcher_stage (
@@ -1104,7 +1108,7 @@ RETURNING id, name, max_endpoints, max_events_per_s;
 -- Held until the endpoint's insert commits, so that two concurrent creates
 -- of one application count each other. NO KEY UPDATE: the inserts' own
 -- foreign-key checks (KEY SHARE) do not wait on it.
-SELECT max_endpoints FROM applications WHERE id = $1 FOR NO KEY UPDATE;
+SELECT max_endpoints FROM applications WHERE id = $1 AND deleted_at IS NULL FOR NO KEY UPDATE;
 
 -- name: live_endpoint_count
 -- What max_endpoints counts: endpoints and the application's own ops

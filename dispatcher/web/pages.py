@@ -79,10 +79,17 @@ def _wants_html(request: web.Request) -> bool:
 
 
 async def dashboard(request: web.Request) -> web.Response:
-    """The page, for a signed-in session (or a bearer token)."""
+    """The page, for a signed-in session (or a bearer token); or, with
+    `?token=`, the one sign-in the SPEC allows a token in the address:
+    exchanged at once for the session cookie and a 303 to the page
+    itself, so the token leaves the address bar and history. No other
+    route takes a token from the address."""
     if "token" in request.query:
-        # Not even checked: a right token here must not look like it worked.
-        return _login_page("A token in the address is not accepted: sign in here.", 401)
+        refuse_if_locked_out(request)  # 429 from the guard, as /login
+        if request.app[SESSIONS].token_ok(request.query["token"]):
+            _signed_in(request)
+        credential_failed(request)
+        return _login_page("That token is not the admin token.", 401)
     why = await authenticate(request)
     if why is not None:
         return _login_page(None, 401) if _wants_html(request) else json_error(401, why)

@@ -107,6 +107,27 @@ def error_response(request: web.BaseRequest, status: int, message: str) -> web.R
     return json_response({"code": _SVIX_CODES.get(status, "error"), "detail": message}, status)
 
 
+# Svix API features with no equivalent here, by a word of their path
+# (SPEC: they answer 404 with a detail that says so).
+_SVIX_ABSENT = (
+    ("transformation", "transformations"),
+    ("environment", "environments"),
+    ("billing", "billing"),
+    ("stats", "usage statistics"),
+    ("integration", "integrations"),
+    ("background-task", "background tasks"),
+    ("operational-webhook", "Svix's operational-webhook API (use /v1/ops-webhooks)"),
+)
+
+
+def svix_missing(path: str) -> str:
+    """The detail of a Svix API route that is not here."""
+    for word, what in _SVIX_ABSENT:
+        if word in path:
+            return f"{what}: no equivalent in dispatcher's Svix-compatible API"
+    return "no such route in dispatcher's Svix-compatible API"
+
+
 class Sessions:
     """Signed-in dashboards: session id → (expiry, CSRF token), in memory.
 
@@ -349,7 +370,10 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
             raise
         # aiohttp's own answers (no route, wrong method, body too large) in
         # the same JSON shape as ours, keeping headers such as Allow.
-        response = error_response(request, exc.status, exc.reason)
+        reason = exc.reason
+        if exc.status == 404 and request.path.startswith(SVIX_PREFIX):
+            reason = svix_missing(request.path)
+        response = error_response(request, exc.status, reason)
         if "Allow" in exc.headers:
             response.headers["Allow"] = exc.headers["Allow"]
         return response

@@ -199,7 +199,7 @@ BEGIN
         PERFORM pg_notify('dispatcher_due', '');
     END IF;
     IF v_targets = 0 THEN
-        IF NOT EXISTS (SELECT 1 FROM applications WHERE id = p_app) THEN
+        IF NOT EXISTS (SELECT 1 FROM applications WHERE id = p_app AND deleted_at IS NULL) THEN
             RAISE EXCEPTION 'unknown application: %', p_app USING ERRCODE = '22023';
         END IF;
         IF p_endpoint_id IS NOT NULL AND EXISTS (
@@ -220,6 +220,46 @@ BEGIN
                ELSE e.id = p_endpoint_id END;
     RETURN v_ids;
 END $$;
+
+-- The text and jsonb forms producers hold, as dispatcher_enqueue takes
+-- them (below): both land in the json one, with every named argument.
+CREATE OR REPLACE FUNCTION dispatcher_enqueue_app(
+    p_app text,
+    p_event_type text,
+    p_payload text,
+    p_event_id text DEFAULT NULL,
+    p_endpoint_id bigint DEFAULT NULL,
+    channels text[] DEFAULT NULL,
+    deliver_at timestamptz DEFAULT NULL,
+    hold boolean DEFAULT false,
+    traceparent text DEFAULT NULL,
+    tracestate text DEFAULT NULL
+) RETURNS bigint[]
+LANGUAGE sql AS $$
+    SELECT dispatcher_enqueue_app(p_app, p_event_type, p_payload::json, p_event_id,
+                                  p_endpoint_id, channels => channels,
+                                  deliver_at => deliver_at, hold => hold,
+                                  traceparent => traceparent, tracestate => tracestate)
+$$;
+
+CREATE OR REPLACE FUNCTION dispatcher_enqueue_app(
+    p_app text,
+    p_event_type text,
+    p_payload jsonb,
+    p_event_id text DEFAULT NULL,
+    p_endpoint_id bigint DEFAULT NULL,
+    channels text[] DEFAULT NULL,
+    deliver_at timestamptz DEFAULT NULL,
+    hold boolean DEFAULT false,
+    traceparent text DEFAULT NULL,
+    tracestate text DEFAULT NULL
+) RETURNS bigint[]
+LANGUAGE sql AS $$
+    SELECT dispatcher_enqueue_app(p_app, p_event_type, p_payload::text::json, p_event_id,
+                                  p_endpoint_id, channels => channels,
+                                  deliver_at => deliver_at, hold => hold,
+                                  traceparent => traceparent, tracestate => tracestate)
+$$;
 
 -- The transactional outbox: call inside the producer's own transaction.
 -- The event of application `default`, or, with an endpoint given by id,

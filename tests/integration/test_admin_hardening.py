@@ -202,16 +202,23 @@ async def test_header_values_never_come_back(base: str, db_url: str) -> None:
 async def test_dashboard_signs_in_once_with_a_cookie(base: str) -> None:
     jar = aiohttp.CookieJar(unsafe=True)
     async with aiohttp.ClientSession(cookie_jar=jar) as s:
-        # A token in the address signs nobody in, right or wrong: it would
-        # stay in history, proxy logs and screenshots.
-        for token in ("wrong", TOKEN):
-            async with s.get(base + "/?token=" + token, allow_redirects=False) as r:
-                assert r.status == 401 and "Set-Cookie" not in r.headers
-                assert "not accepted" in await r.text()
+        # The dashboard's address takes the token once (SPEC): a wrong one
+        # signs nobody in; the right one is exchanged for the cookie and a
+        # 303 to the page itself, so the token leaves the address bar.
+        async with s.get(base + "/?token=wrong", allow_redirects=False) as r:
+            assert r.status == 401 and "Set-Cookie" not in r.headers
+            assert "not the admin token" in await r.text()
         async with s.get(base + "/v1/health?token=" + TOKEN) as r:
-            assert r.status == 401
+            assert r.status == 401  # nowhere else
         async with s.get(base + "/v1/health") as r:
             assert r.status == 401
+        async with s.get(base + "/?token=" + TOKEN, allow_redirects=False) as r:
+            assert r.status == 303 and r.headers["Location"] == "/"
+            cookie = r.headers["Set-Cookie"]
+            assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and TOKEN not in cookie
+        async with s.get(base + "/v1/health") as r:
+            assert r.status == 200
+        jar.clear()
         async with s.post(base + "/login", data={"token": TOKEN}, allow_redirects=False) as r:
             assert r.status == 303 and r.headers["Location"] == "/"
             cookie = r.headers["Set-Cookie"]

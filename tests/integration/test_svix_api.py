@@ -64,6 +64,21 @@ async def test_an_application_by_uid_and_get_if_exists(api: Api) -> None:
     assert (await api.ok("GET", f"/api/v1/app/{mixed['id']}"))["uid"] == "Mixed.Case"
 
 
+async def test_what_has_no_equivalent_answers_404_saying_so(api: Api) -> None:
+    await api.ok("POST", "/api/v1/app", {"name": "T", "uid": "tr"})
+    for method, path, what in (
+        ("GET", "/api/v1/app/tr/endpoint/ep_x/transformation", "transformations"),
+        ("POST", "/api/v1/environment/export", "environments"),
+        ("GET", "/api/v1/nothing-here", "no such route"),
+    ):
+        status, doc = await api.call(method, path)
+        assert status == 404 and doc["code"] == "not_found" and what in doc["detail"], path
+    # A message's type follows Svix's (and the catalogue's) rule: 422.
+    status, doc = await api.call("POST", "/api/v1/app/tr/msg",
+                                 {"eventType": "bad type!", "payload": {}})  # fmt: skip
+    assert status == 422 and "eventType" in doc["detail"][0]["msg"]
+
+
 async def test_errors_are_code_and_detail_and_input_errors_422(api: Api) -> None:
     status, doc = await api.call("GET", "/api/v1/app/nobody")
     assert status == 404 and doc == {"code": "not_found", "detail": "no such application"}
@@ -207,13 +222,20 @@ async def test_lists_page_with_iterators(api: Api) -> None:
 
 
 async def test_deleting_an_application_ends_its_endpoints_and_tokens(api: Api, db_url: str) -> None:
-    await api.ok("POST", "/api/v1/app", {"name": "Gone", "uid": "gone"})
+    app = (await api.ok("POST", "/api/v1/app", {"name": "Gone", "uid": "gone"}))["id"]
     ep = await api.ok("POST", "/api/v1/app/gone/endpoint", {"url": "https://gone.example/h"})
     token = (await api.ok("POST", "/v1/applications/gone/tokens", {}))["token"]
     await api.ok("POST", "/api/v1/app/gone/msg", {"eventType": "t", "payload": {}})
     assert await api.call("DELETE", "/api/v1/app/gone") == (204, None)
     assert (await api.call("GET", "/api/v1/app/gone"))[0] == 404
     assert (await api.call("GET", "/v1/endpoints", None, Authorization=f"Bearer {token}"))[0] == 401
+    # Gone for every other way in too: no endpoint, no event, no token.
+    status, doc = await api.call("POST", "/v1/endpoints", {"url": "https://gone.example/2",
+                                                           "app": app})  # fmt: skip
+    assert status in (400, 404) and "unknown application" in doc["error"]
+    status, doc = await api.call("POST", "/v1/events", {"app": app, "event_type": "t",
+                                                        "payload": {}})  # fmt: skip
+    assert status in (400, 404) and "unknown application" in doc["error"]
     conn = await asyncpg.connect(db_url)
     try:
         rows = await conn.fetch(

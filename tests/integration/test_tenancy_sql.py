@@ -51,6 +51,37 @@ async def test_an_unknown_application_raises_and_inserts_nothing(
     assert await conn.fetchval(ENQUEUE_APP, "empty", "t", "{}", "e1", None) == []
 
 
+async def test_a_deleted_application_is_unknown(conn: asyncpg.Connection) -> None:
+    await conn.execute("INSERT INTO applications (id, name) VALUES ('gone', 'G')")
+    await conn.execute("UPDATE applications SET deleted_at = now() WHERE id = 'gone'")
+    with pytest.raises(asyncpg.InvalidParameterValueError, match="unknown application: gone"):
+        await conn.fetchval(ENQUEUE_APP, "gone", "t", "{}", "e1", None)
+    assert await conn.fetchval(ROWS) == 0
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "SELECT dispatcher_enqueue_app('acme', 't', $1::jsonb, 'e1', hold => true)",
+        "SELECT dispatcher_enqueue_app('acme', 't', $1::text, 'e1', hold => true)",
+        "SELECT dispatcher_enqueue_app('acme', 't', $1::json, 'e1', hold => true)",
+    ],
+)
+async def test_enqueue_app_takes_json_jsonb_and_text_with_named_arguments(
+    conn: asyncpg.Connection, call: str
+) -> None:
+    apps = await two_apps(conn)
+    ids = await conn.fetchval(call, '{"q": 1}')
+    assert await endpoints_of(conn, ids) == apps["acme"]
+    rows = await conn.fetch("SELECT status, payload FROM webhook_queue ORDER BY id")
+    assert {(r["status"], r["payload"].replace(" ", "")) for r in rows} == {("held", '{"q":1}')}
+    # An untyped literal still resolves (to the text form).
+    more = await conn.fetchval(
+        "SELECT dispatcher_enqueue_app('acme', 't', '{\"q\": 2}', 'e2', deliver_at => now())"
+    )
+    assert len(more) == 2
+
+
 async def test_another_applications_endpoint_by_id_raises(conn: asyncpg.Connection) -> None:
     apps = await two_apps(conn)
     with pytest.raises(asyncpg.InvalidParameterValueError, match="not in application acme"):
