@@ -156,9 +156,7 @@ async def test_replay_of_an_endpoints_dead_letters_since_a_time(
         assert page.errors == []
 
 
-async def test_sign_in_from_the_address_leaves_no_token_in_it(
-    console: str, tmp_path: Path
-) -> None:
+async def test_sign_in_from_the_address_leaves_no_token_in_it(console: str, tmp_path: Path) -> None:
     async with browser(tmp_path / "profile") as page:
         await page.goto(f"{console}/?token=nope")
         await page.wait("document.querySelector('form#login') !== null")
