@@ -19,8 +19,7 @@ CODE_SHARE = 0.6
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Pattern:
-    # "refused-target" | "missing-macro" | "status-code" | "cluster" | "down" | "gradual"
-    # | "none"
+    # "refused-target" | "missing-macro" | "status-code" | "cluster" | "gradual" | "none"
     name: str
     action: str
 
@@ -165,9 +164,11 @@ def classify_counted(
             action=f"endpoint was down longer than the retry window: once it is back, {replay}",
         )
     if success_share == 0 and not counted and primary_error is not None:
-        # No answer at all, too few letters or too spread out for a cluster.
+        # No answer at all, too few letters or too spread out for a cluster:
+        # SPEC's patterns are cluster / status-code / gradual, so it is
+        # named gradual, and the action says what it is.
         return Pattern(
-            name="down",
+            name="gradual",
             action=(
                 f"no attempt succeeded (last error: {primary_error}): the receiver is "
                 f"down or unreachable; once it answers, {replay}"
