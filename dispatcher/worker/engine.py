@@ -61,6 +61,8 @@ from dispatcher.worker.tracing import Tracing
 STATEMENT_TIMEOUT_S = 5.0
 # A timer for a retry that comes due fires this long after the due time.
 RETRY_WAKE_SLACK_S = 0.03
+# The stored percentiles' last refresh as the worker stops waits this long.
+STOP_REFRESH_S = 5.0
 
 Job = tuple[Delivery, Gate]
 
@@ -116,6 +118,7 @@ class Engine:
         self._pool: asyncpg.Pool | None = None
         self._listener: Listener | None = None
         self._recorder: Recorder | None = None
+        self._maintenance: Maintenance | None = None
         self._refresher: Refresher | None = None
         self._prober: Prober | None = None
 
@@ -207,7 +210,9 @@ class Engine:
                                         box=s.secret_box(), connectivity=db,
                                         wake=self._wake, holding=self._holding,
                                         wake_mode=prober.set_mode)  # fmt: skip
-            maintenance = Maintenance(pool, settings=s, connectivity=db, url=self.url)
+            maintenance = self._maintenance = Maintenance(
+                pool, settings=s, connectivity=db, url=self.url
+            )
             await self.sender.start()
             self._listener = Listener(self.url, self._wake, db, self._refresher.changed)
             await self._listener.connect()
@@ -340,6 +345,9 @@ class Engine:
                 await helper
         with contextlib.suppress(Exception):
             await self._flush_all()
+        if self._maintenance is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._maintenance.percentiles(), STOP_REFRESH_S)
         if self._recorder is not None:
             self._recorder.stopped()
         if self._pool is not None:

@@ -19,7 +19,7 @@ import asyncpg
 
 from dispatcher import log
 from dispatcher.core.tablehealth import TableHealth, vacuum_due
-from dispatcher.db import Conn, acquire, open_connection, upkeep
+from dispatcher.db import Conn, acquire, latency, open_connection, upkeep
 from dispatcher.settings import Settings
 from dispatcher.worker.connectivity import Connectivity
 
@@ -51,6 +51,14 @@ class Maintenance:
             due = [h for h in await upkeep.table_health(conn) if vacuum_due(h)]
         if due and self._url is not None:
             await self.vacuum(due)
+
+    async def percentiles(self) -> None:
+        """The stored percentiles once more, as the worker stops: a run
+        shorter than a refresh interval (a short `run --drain`) leaves them
+        in endpoint_health too (SPEC's database contract). Bounded, as the
+        refresh is: it merges per-minute aggregates."""
+        async with acquire(self._pool) as conn:
+            await latency.refresh_percentiles(conn, self._settings.latency_window_s)
 
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[Conn]:

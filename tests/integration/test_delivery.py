@@ -61,6 +61,23 @@ async def test_same_event_id_is_delivered_once_with_same_id_on_retries(
     assert (row["status"], row["attempt_count"], row["last_status_code"]) == ("delivered", 3, 200)
 
 
+async def test_a_short_drain_leaves_its_percentiles_stored(
+    conn: asyncpg.Connection, db_url: str, receiver: Receiver
+) -> None:
+    # Shorter than a maintenance round: the stop refreshes them (SPEC's
+    # database contract reads them from endpoint_health).
+    eid, _ = await add_endpoint(conn, receiver.url("/ok"))
+    for i in range(7):
+        await enqueue(conn, "t", {"i": i}, f"p{i}")
+    await drain(db_url)
+    row = await conn.fetchrow(
+        "SELECT p50_ms, p95_ms, p99_ms, sample_count FROM endpoint_health WHERE endpoint_id = $1",
+        eid,
+    )
+    assert row["sample_count"] == 7
+    assert row["p50_ms"] is not None and row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"]
+
+
 async def test_retry_schedule_uses_backoff_and_retry_after(
     conn: asyncpg.Connection, db_url: str, receiver: Receiver
 ) -> None:
