@@ -99,6 +99,13 @@ def redact_headers(items: Iterable[tuple[str, str]]) -> list[list[str]]:
     return out
 
 
+def secret_header(name: str) -> bool:
+    """A header whose value is a credential or session state by its name
+    (Authorization, Cookie, X-Api-Key, X-Auth-Token...)."""
+    low = name.lower()
+    return low in _SECRET_HEADERS or _SECRET_WORDS.search(low) is not None
+
+
 # Header names as stored and whether their values are secret, by the name
 # as received: the same dozen names come back on every answer, and their
 # regex search was a third of the record's cost. Bounded: emptied when full.
@@ -108,7 +115,7 @@ NAMES_KEPT = 1024
 
 def _name(name: str) -> tuple[str, bool]:
     low = storable(name.lower())
-    known = (low, low in _SECRET_HEADERS or _SECRET_WORDS.search(low) is not None)
+    known = (low, secret_header(low))
     if len(_NAMES) >= NAMES_KEPT:
         _NAMES.clear()
     _NAMES[name] = known

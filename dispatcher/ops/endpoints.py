@@ -354,8 +354,13 @@ async def list_endpoints(conn: Conn, app: str | None = None) -> list[dict[str, A
 
 
 async def get_endpoint(conn: Conn, endpoint_id: int, app: str | None = None) -> dict[str, Any]:
+    return endpoint_public(await endpoint_record(conn, endpoint_id, app))
+
+
+async def endpoint_record(conn: Conn, endpoint_id: int, app: str | None = None) -> EndpointRecord:
+    """The stored endpoint (sealed values and all), within `app`."""
     await catalog.check_owner(conn, endpoint_id, app)
-    return endpoint_public(await catalog.get_endpoint(conn, endpoint_id))
+    return await catalog.get_endpoint(conn, endpoint_id)
 
 
 async def delete_endpoint(

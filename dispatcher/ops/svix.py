@@ -20,8 +20,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from dispatcher.core.attemptdetail import trace_context
+from dispatcher.core.attemptdetail import secret_header, trace_context
 from dispatcher.core.errors import BadInput, Conflict, Forbidden, NotFound
+from dispatcher.core.secretbox import SecretBox, unseal
 from dispatcher.db import Conn
 from dispatcher.db import svix as store
 from dispatcher.ops import erasure, service, tenancy
@@ -335,3 +336,20 @@ async def attempts(
     return await store.attempts(
         conn, app, msg_id=msg_id, endpoint_id=endpoint_id, after=after, limit=limit
     )
+
+
+async def endpoint_headers(
+    conn: Conn, endpoint_id: int, app: str, box: SecretBox | None
+) -> dict[str, Any]:
+    """Svix's `GET …/endpoint/{id}/headers`: the values of the headers whose
+    names do not say credential, as Svix shows them; the others by name
+    only, under `sensitive` (their values are never shown, as everywhere)."""
+    record = await service.endpoint_record(conn, endpoint_id, app)
+    shown: dict[str, str] = {}
+    sensitive: list[str] = []
+    for name, value in record.headers:
+        if secret_header(name):
+            sensitive.append(name)
+        else:
+            shown[name] = unseal(box, value)
+    return {"headers": shown, "sensitive": sorted(sensitive)}

@@ -188,11 +188,10 @@ async def endpoint_rotate(request: web.Request) -> web.Response:
 
 
 async def endpoint_headers(request: web.Request) -> web.Response:
-    """Header values are often credentials: names only, all listed as sensitive."""
+    box = request.app[SETTINGS].secret_box()
     async with acquire(request) as conn:
         app, eid = await _endpoint(request, conn)
-        doc = await service.get_endpoint(conn, eid, app)
-    return _json({"headers": {}, "sensitive": sorted(doc["headers"])})
+        return _json(await ops.endpoint_headers(conn, eid, app, box))
 
 
 def headers_update(partial: bool) -> Handler:
