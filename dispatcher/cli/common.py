@@ -19,6 +19,18 @@ from dispatcher.settings import Settings
 Handler = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 
 
+def row_id(text: str) -> int:
+    """An id argument (endpoint, delivery, ops webhook): a bigint, said in
+    one line (exit 2) rather than found out of range by the database."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an id: {text!r}") from None
+    if not 0 < value < 2**63:
+        raise argparse.ArgumentTypeError(f"not an id: {text} (ids are 1 to 2^63-1)")
+    return value
+
+
 def emit(args: argparse.Namespace, doc: Any, human: Callable[[], None]) -> None:
     if getattr(args, "json", False):
         sys.stdout.write(to_json(doc).decode() + "\n")

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from dispatcher.cli.common import report
+from dispatcher.cli.common import report, row_id
 from dispatcher.cli.format import plural, print_table, wrap
 from dispatcher.db import Conn
 from dispatcher.ops import browse, reports
@@ -99,7 +99,7 @@ async def cmd_dlq_list(args: argparse.Namespace, settings: Settings) -> int:
 def add_dlq_list(cmd: Callable[..., argparse.ArgumentParser], dlqs: Any) -> None:
     ls = cmd("list", cmd_dlq_list, dlqs,
              help="the newest dead letters: ids, endpoints, attempts, last results")  # fmt: skip
-    ls.add_argument("--endpoint", type=int, metavar="ID", help="only this endpoint's")
+    ls.add_argument("--endpoint", type=row_id, metavar="ID", help="only this endpoint's")
     ls.add_argument("--app", metavar="ID", help="only this application's")
     ls.add_argument("--limit", type=int, metavar="N",
                     help=f"at most this many (default: {reports.DEFAULT_DEAD_LETTERS}, "
@@ -239,7 +239,7 @@ def add_delivery_commands(
     ls = cmd("list", cmd_delivery_list, dels,
              help="deliveries newest first, filtered as GET /v1/deliveries")  # fmt: skip
     ls.add_argument("--status", choices=reports.STATUSES, help="only those in this status")
-    ls.add_argument("--endpoint", "--endpoint-id", dest="endpoint", type=int, metavar="ID",
+    ls.add_argument("--endpoint", "--endpoint-id", dest="endpoint", type=row_id, metavar="ID",
                     help="only this endpoint's")  # fmt: skip
     ls.add_argument("--app", metavar="ID", help="only this application's")
     ls.add_argument("--event-type", metavar="T", help="only events of this type")
@@ -252,4 +252,4 @@ def add_delivery_commands(
                          f"at most {browse.MAX_LIMIT})")  # fmt: skip
     show = cmd("show", cmd_delivery_show, dels,
                help="one delivery: its status, every attempt (replays too), payload")  # fmt: skip
-    show.add_argument("id", type=int, help="the delivery's id (`delivery list`, `dlq list`)")
+    show.add_argument("id", type=row_id, help="the delivery's id (`delivery list`, `dlq list`)")

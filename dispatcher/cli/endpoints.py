@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dispatcher.cli import views
-from dispatcher.cli.common import Handler, report, table
+from dispatcher.cli.common import Handler, report, row_id, table
 from dispatcher.cli.help import ENDPOINT_FLAGS, SHAPING_FLAGS
 from dispatcher.cli.postbacks import add_endpoint_flags
 from dispatcher.core.errors import BadInput
@@ -159,7 +159,7 @@ async def cmd_endpoint_health(args: argparse.Namespace, settings: Settings) -> i
 
 
 def _endpoint_id(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("id", type=int, help="the endpoint's id")
+    sp.add_argument("id", type=row_id, help="the endpoint's id")
 
 
 def add_endpoint_commands(

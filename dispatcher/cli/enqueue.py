@@ -12,7 +12,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from dispatcher.cli.common import report
+from dispatcher.cli.common import report, row_id
 from dispatcher.cli.format import plural
 from dispatcher.cli.postbacks import add_enqueue_flags
 from dispatcher.cli.postbacks import schedule as enqueue_schedule
@@ -90,7 +90,7 @@ def add_enqueue_command(cmd: Callable[..., argparse.ArgumentParser]) -> None:
     )
     enq.add_argument("--event-id", metavar="ID",
                      help="idempotency key: the same id again queues nothing new")  # fmt: skip
-    enq.add_argument("--endpoint", type=int, metavar="ID", help="only this endpoint")
+    enq.add_argument("--endpoint", type=row_id, metavar="ID", help="only this endpoint")
     enq.add_argument("--app", metavar="ID",
                      help="the application whose endpoints get it (default: default; "
                           "JSONL lines may carry their own \"app\")")  # fmt: skip

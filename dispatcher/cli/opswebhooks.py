@@ -13,7 +13,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from dispatcher.cli.common import report, table
+from dispatcher.cli.common import report, row_id, table
 from dispatcher.core import opsevents
 from dispatcher.ops import opswebhooks
 from dispatcher.settings import Settings
@@ -96,4 +96,4 @@ def add_ops_webhook_commands(
              help="ops webhooks: every one, or one application's")  # fmt: skip
     ls.add_argument("--app", metavar="ID", help="only this application's")
     rm = cmd("delete", cmd_ops_webhook_delete, ops, help="delete an ops webhook")
-    rm.add_argument("id", type=int, help="the ops webhook's id")
+    rm.add_argument("id", type=row_id, help="the ops webhook's id")

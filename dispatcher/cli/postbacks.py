@@ -11,7 +11,7 @@ from typing import Any
 
 import asyncpg
 
-from dispatcher.cli.common import Handler, emit, report, with_conn
+from dispatcher.cli.common import Handler, emit, report, row_id, with_conn
 from dispatcher.core.errors import BadInput
 from dispatcher.core.models import TEST_EVENT_TYPE
 from dispatcher.ops import service
@@ -116,7 +116,7 @@ def add_postback_commands(cmd: Cmd, group: Callable[[str, str], Any], eps: Any) 
     test = cmd("test", cmd_endpoint_test, eps,
                help="send one request now, outside the queue; print status, latency and "
                     "the answer (nothing is stored)")  # fmt: skip
-    test.add_argument("id", type=int, help="the endpoint's id")
+    test.add_argument("id", type=row_id, help="the endpoint's id")
     test.add_argument("--payload", metavar="JSON|@FILE|-",
                       help="the event's payload (default: a dispatcher.test document)")  # fmt: skip
     test.add_argument("--event-type", metavar="T",

@@ -17,7 +17,7 @@ from typing import Any
 import asyncpg
 
 from dispatcher.cli import views
-from dispatcher.cli.common import emit, report, table, with_conn
+from dispatcher.cli.common import emit, report, row_id, table, with_conn
 from dispatcher.cli.deliveries import add_dlq_list
 from dispatcher.core.errors import BadInput
 from dispatcher.ops import reports, service
@@ -101,7 +101,7 @@ def add_report_commands(
     )
     rp = cmd("replay", cmd_dlq_replay, dlqs,
              help="move dead letters back to pending with a fresh attempt budget")  # fmt: skip
-    rp.add_argument("--id", type=int, action="extend", nargs="+", help="these dead letters")
+    rp.add_argument("--id", type=row_id, action="extend", nargs="+", help="these dead letters")
     rp.add_argument("--endpoint", type=int, metavar="ID", help="or this endpoint's")
     rp.add_argument("--since", metavar="ISO-TIME", help="with --endpoint: those dead since")
     rp.add_argument("--until", metavar="ISO-TIME", help="with --endpoint: those dead before")

@@ -82,3 +82,15 @@ def test_the_default_home_is_the_users_data_folder(monkeypatch: pytest.MonkeyPat
     assert default_home({"XDG_DATA_HOME": "relative"}) == Path("/home/ann/.local/share/dispatcher")
     assert Settings.from_env({}).home == Path("/home/ann/.local/share/dispatcher")
     assert Settings.from_env({"DISPATCHER_HOME": "./x"}).home == Path("x")
+
+
+@pytest.mark.parametrize("words", [
+    ("endpoint", "disable", "99999999999999999999"),
+    ("endpoint", "rotate-secret", "0"),
+    ("delivery", "show", "x1"),
+    ("dlq", "replay", "--id", "-3"),
+])  # fmt: skip
+def test_ids_out_of_range_are_one_line_before_the_database(
+    capsys: pytest.CaptureFixture[str], words: tuple[str, ...]
+) -> None:
+    assert "not an id" in _error(capsys, *words)
