@@ -85,7 +85,7 @@ async def test_readme_walk_runs_as_written(tmp_path: Path) -> None:
     assert re.search(r"^dead_letter +1 ", out, re.M), out
     dead = next(line for line in lines if line.startswith("4 ") and "ref-42" in line)
     assert "connection refused" in dead, out  # dlq list: the id replay and show take
-    assert re.search(r"^2 .* down ", out, re.M) and "no attempt succeeded" in out, out
+    assert re.search(r"^2 .* gradual ", out, re.M) and "no attempt succeeded" in out, out
     assert '{"requeued":1}' in lines, out
     assert "attempts     1 of 1 since it was replayed, after 1 earlier attempt" in lines, out
     assert re.search(r"^1 .* connection refused .*\n2 .* HTTP 200 .* the first after the replay$",
