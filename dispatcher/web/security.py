@@ -116,7 +116,6 @@ _SVIX_ABSENT = (
     ("stats", "usage statistics"),
     ("integration", "integrations"),
     ("background-task", "background tasks"),
-    ("operational-webhook", "Svix's operational-webhook API (use /v1/ops-webhooks)"),
 )
 
 
