@@ -18,6 +18,7 @@ query parameters, which is what a partner that pre-encodes wants.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -296,7 +297,17 @@ def scalar_text(value: Any) -> str:
         return value
     if value is None:
         return ""
-    return orjson.dumps(value).decode()
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)  # every digit, past 64 bits too
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
+        # 1e2 or 100.0 in the payload: JSON (JavaScript's writer) says 100.
+        return str(int(value))
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:  # an object or array holding an integer past 64 bits
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def encode(text: str) -> str:

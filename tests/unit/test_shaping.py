@@ -178,3 +178,13 @@ def test_success_body() -> None:
     for bad in ("(", "", "x" * 1001):
         with pytest.raises(BadInput):
             compile_success_body(bad)
+
+
+def test_numbers_render_as_json_writes_them() -> None:
+    from dispatcher.worker.wire import load_payload
+
+    doc = load_payload(b'{"id": 123456789012345678901234567890, "f": 1e2, "g": 12.50, "h": 1e21}')
+    # A long numeric click id keeps every digit (orjson read it as a float).
+    assert scalar_text(doc["id"]) == "123456789012345678901234567890"
+    assert [scalar_text(doc[k]) for k in ("f", "g", "h")] == ["100", "12.5", "1e+21"]
+    assert scalar_text(-0.0) == "0" and scalar_text(True) == "true"
