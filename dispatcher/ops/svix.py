@@ -353,3 +353,23 @@ async def endpoint_headers(
         else:
             shown[name] = unseal(box, value)
     return {"headers": shown, "sensitive": sorted(sensitive)}
+
+
+# Svix API features with no equivalent here, by a word of their path
+# (SPEC: they answer 404 with a detail that says so).
+_SVIX_ABSENT = (
+    ("transformation", "transformations"),
+    ("environment", "environments"),
+    ("billing", "billing"),
+    ("stats", "usage statistics"),
+    ("integration", "integrations"),
+    ("background-task", "background tasks"),
+)
+
+
+def missing_route(path: str) -> str:
+    """The detail of a Svix API route that is not here."""
+    for word, what in _SVIX_ABSENT:
+        if word in path:
+            return f"{what}: no equivalent in dispatcher's Svix-compatible API"
+    return "no such route in dispatcher's Svix-compatible API"

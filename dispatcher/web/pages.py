@@ -86,10 +86,7 @@ async def dashboard(request: web.Request) -> web.Response:
     route takes a token from the address."""
     if "token" in request.query:
         refuse_if_locked_out(request)  # 429 from the guard, as /login
-        if request.app[SESSIONS].token_ok(request.query["token"]):
-            _signed_in(request)
-        credential_failed(request)
-        return _login_page("That token is not the admin token.", 401)
+        return _sign_in(request, request.query["token"])
     why = await authenticate(request)
     if why is not None:
         return _login_page(None, 401) if _wants_html(request) else json_error(401, why)
@@ -114,7 +111,12 @@ async def login(request: web.Request) -> web.Response:
     except ValueError:
         return _login_page("The form could not be read.", 400)
     refuse_if_locked_out(request)  # again: other guesses may have failed meanwhile
-    token = form.get("token")
+    return _sign_in(request, form.get("token"))
+
+
+def _sign_in(request: web.Request, token: object) -> web.Response:
+    """The admin token for a session (a 303 with its cookie), or the
+    sign-in page again, the failure counted toward the lockout."""
     if isinstance(token, str) and request.app[SESSIONS].token_ok(token):
         _signed_in(request)
     credential_failed(request)

@@ -45,6 +45,7 @@ from dispatcher.core.errors import (
     Unprocessable,
 )
 from dispatcher.core.throttle import FailureThrottle, address_key
+from dispatcher.ops import svix
 from dispatcher.web.routes import Access, Handler, Route
 
 SESSION_COOKIE = "dispatcher_session"
@@ -105,26 +106,6 @@ def error_response(request: web.BaseRequest, status: int, message: str) -> web.R
         detail = [{"loc": ["body"], "msg": message, "type": "value_error"}]
         return json_response({"code": "validation", "detail": detail}, 422)
     return json_response({"code": _SVIX_CODES.get(status, "error"), "detail": message}, status)
-
-
-# Svix API features with no equivalent here, by a word of their path
-# (SPEC: they answer 404 with a detail that says so).
-_SVIX_ABSENT = (
-    ("transformation", "transformations"),
-    ("environment", "environments"),
-    ("billing", "billing"),
-    ("stats", "usage statistics"),
-    ("integration", "integrations"),
-    ("background-task", "background tasks"),
-)
-
-
-def svix_missing(path: str) -> str:
-    """The detail of a Svix API route that is not here."""
-    for word, what in _SVIX_ABSENT:
-        if word in path:
-            return f"{what}: no equivalent in dispatcher's Svix-compatible API"
-    return "no such route in dispatcher's Svix-compatible API"
 
 
 class Sessions:
@@ -371,7 +352,7 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         # the same JSON shape as ours, keeping headers such as Allow.
         reason = exc.reason
         if exc.status == 404 and request.path.startswith(SVIX_PREFIX):
-            reason = svix_missing(request.path)
+            reason = svix.missing_route(request.path)
         response = error_response(request, exc.status, reason)
         if "Allow" in exc.headers:
             response.headers["Allow"] = exc.headers["Allow"]

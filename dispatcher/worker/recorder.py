@@ -119,7 +119,7 @@ class Recorder:
                 # per interval plus write, not per write (a flush a 44 ms
                 # write back to back: 3.9 commits per 1,000 deliveries,
                 # measured).
-                await self._flush_once()
+                await self._flush(until_empty=False)
             except DATABASE_ERRORS as exc:
                 self.behind = True
                 self._db.failed("flush", exc, started=started)
@@ -130,31 +130,28 @@ class Recorder:
 
     async def flush_all(self) -> None:
         """Writes everything buffered; raises (keeping it all) if it cannot."""
+        await self._flush(until_empty=True)
+
+    async def _flush(self, *, until_empty: bool) -> None:
+        """Writes what is buffered in one batch (a failed flush's outcomes,
+        kept at the front of the buffer, among them); `until_empty`: and
+        what came meanwhile, batch after batch."""
         async with self._flush_lock:
             while self._buffer or self._results:
-                await self._write_buffered()
+                batch, self._buffer = self._buffer, []
+                results, self._results = self._results, {}
+                try:
+                    await self._write(batch, results)
+                except BaseException:
+                    # Keep them for the next try: an outcome is never dropped.
+                    self._buffer = batch + self._buffer
+                    for eid, later in self._results.items():
+                        results.setdefault(eid, []).extend(later)
+                    self._results = results
+                    raise
+                if not until_empty:
+                    break
             self.behind = False
-
-    async def _flush_once(self) -> None:
-        """Writes what is buffered now, in one batch (a failed flush's
-        outcomes, kept at the front of the buffer, among them)."""
-        async with self._flush_lock:
-            if self._buffer or self._results:
-                await self._write_buffered()
-            self.behind = False
-
-    async def _write_buffered(self) -> None:
-        batch, self._buffer = self._buffer, []
-        results, self._results = self._results, {}
-        try:
-            await self._write(batch, results)
-        except BaseException:
-            # Keep them for the next try: an outcome is never dropped.
-            self._buffer = batch + self._buffer
-            for eid, later in self._results.items():
-                results.setdefault(eid, []).extend(later)
-            self._results = results
-            raise
 
     def _count(self, batch: list[Outcome]) -> None:
         """What was recorded (not merely attempted): the figures engine_stopped reports."""
