@@ -178,6 +178,8 @@ class Sender:
             cookie_jar=aiohttp.DummyCookieJar(),
         )
         self.sweeper = asyncio.create_task(self.deadlines.run(), name="dispatcher-deadlines")
+        if self.tracing is not None:
+            await self.tracing.open()
 
     async def close(self) -> None:
         await self.brokers.close()

@@ -5,13 +5,24 @@ details"), when asked for: `OTEL_EXPORTER_OTLP_ENDPOINT` (or
 costs nothing: the sender sends the producer's trace on with a span id of
 its own (core.attemptdetail.child_traceparent) and exports nothing.
 
-The SDK is configured by the standard variables: the exporter's endpoint,
-headers and timeout (`OTEL_EXPORTER_OTLP_*`), the sampler
-(`OTEL_TRACES_SAMPLER`, default parent-based always-on: an attempt follows
-its producer's sampling decision, and one without a producer's trace is
-sampled), `OTEL_SERVICE_NAME` (default `dispatcher`) and
-`OTEL_RESOURCE_ATTRIBUTES`. Spans are batched and exported by the SDK's
-thread, never on the event loop.
+Why a second process: a span made, batched and encoded on the worker cost
+55 µs of its CPU an attempt (the SDK's batch thread holds the GIL while it
+encodes), a quarter of a fast delivery's (BENCHMARKS, issue 34). Here the
+event loop keeps only what the attempt saw, as a tuple of plain values,
+and hands them every FRAME_S (or FRAME_SPANS) through a pipe to its own
+exporter process (worker/spanexport.py), which makes the spans and
+exports them with the SDK (its batch processor, its OTLP/HTTP exporter,
+`OTEL_EXPORTER_OTLP_*` and `OTEL_BSP_*`). The exporter exits when the pipe
+closes, after exporting what it holds; a worker killed outright closes it
+too. Spans are best effort, as the SDK's: when the exporter falls behind
+by more than MAX_PENDING bytes, or has gone, spans are dropped and counted
+(`tracing_dropped` when the worker stops), never waited for.
+
+The sampler is the SDK's (`OTEL_TRACES_SAMPLER`, default parent-based
+always-on: an attempt follows its producer's sampling decision, and one
+without a producer's trace is sampled); a configured one is asked here, as
+the SDK asks it, since the traceparent the receiver gets carries its
+decision.
 
 What a span carries: OpenTelemetry's HTTP client attributes (method, the
 endpoint's scheme, host, port and path: never its query, which a postback
@@ -24,30 +35,30 @@ verdict. Never a payload, a header value, a secret or a macro value.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
+import marshal
 import os
-import random
-import time
+import subprocess
+import sys
 from collections.abc import Mapping
+from time import time_ns
 from typing import Any
-from urllib.parse import unquote
 
 from dispatcher import log
-from dispatcher.core import attemptdetail
-from dispatcher.core.models import AttemptResult, Delivery, Timing, Verdict
-from dispatcher.core.otlp import (
-    FLAGS_HAS_IS_REMOTE,
-    FLAGS_IS_REMOTE,
-    STATUS_ERROR,
-    SpanRecord,
-    export_request,
-)
-from dispatcher.version import __version__
+from dispatcher.core.models import AttemptResult, Delivery
+from dispatcher.worker.spanexport import FRAME_HEAD
 from dispatcher.worker.wire import EndpointWire
 
-# The batch processor's queue and export batch, unless OTEL_BSP_* set them.
-BSP_QUEUE = 16384
-BSP_BATCH = 2048
+# What the loop gathers before handing it over: at most FRAME_SPANS spans,
+# sent at most FRAME_S after the first of them ended.
+FRAME_SPANS = 1024
+FRAME_S = 0.2
+# Bytes written to the exporter and not yet read by it; past this, spans
+# are dropped (the SDK's batch processor drops past its queue, 2,048).
+MAX_PENDING = 8 * 1024 * 1024
+# How long a stopping worker waits for its exporter's last export.
+CLOSE_S = 10.0
 
 
 def wanted(env: Mapping[str, str]) -> bool:
@@ -58,193 +69,199 @@ def wanted(env: Mapping[str, str]) -> bool:
     )
 
 
-class Tracing:
-    """Spans for attempts, made whole when the attempt ends and handed to
-    the SDK's batch processor, which hands them to its OTLP/HTTP exporter
-    (configured by `OTEL_EXPORTER_OTLP_*`, `OTEL_BSP_*`), encoded by
-    core.otlp. Not the SDK's recording `Span` nor its generic encoder:
-    together they cost 60 % more CPU per delivery at 100 % sampling
-    (BENCHMARKS, issue 34). The sampler is the SDK's (`OTEL_TRACES_SAMPLER`);
-    its default, parent-based always-on, is decided here without it."""
+class _Pipe(asyncio.Protocol):
+    def __init__(self, tracing: Tracing) -> None:
+        self._tracing = tracing
 
-    def __init__(self, provider: Any, processor: Any, *, default_sampler: bool = True) -> None:
-        self._provider = provider
-        self._processor = processor
-        self._sampler = None if default_sampler else provider.sampler
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._tracing._gone()
+
+
+class Tracing:
+    """Spans for attempts: opened by start (the traceparent the receiver
+    gets), ended by end (the attempt's outcome, queued for the exporter)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], sampler: Any = None) -> None:
+        self._proc = proc
+        self._sampler = sampler  # None: parent-based always-on, decided here
+        self._spans: list[tuple[Any, ...]] = []
+        self._statics: dict[EndpointWire, tuple[Any, ...]] = {}
+        self._transport: asyncio.WriteTransport | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._closed = False
+        self.dropped = 0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Tracing | None:
-        """A tracer exporting over OTLP/HTTP when the variables ask for one
-        and the SDK is installed; None otherwise (said once when asked for
-        and missing)."""
+        """Tracing with its exporter process started, when the variables ask
+        for it and the SDK is installed; None otherwise (said once when asked
+        for and missing)."""
         env = os.environ if env is None else env
         if not wanted(env):
             return None
-        try:
-            from opentelemetry.sdk.resources import Resource
-            from opentelemetry.sdk.trace import TracerProvider
-            from opentelemetry.sdk.trace.export import BatchSpanProcessor
-        except ImportError:
+        if importlib.util.find_spec("opentelemetry.sdk") is None:
             log.event("tracing_unavailable", logging.WARNING,
                       reason="OTEL_EXPORTER_OTLP_ENDPOINT is set but the otel extra is not "
                              "installed: pip install 'dispatcher[otel]'")  # fmt: skip
             return None
-        # OpenTelemetry's precedence: OTEL_SERVICE_NAME, then a service.name
-        # in OTEL_RESOURCE_ATTRIBUTES; ours only when neither names one.
-        service = (
-            env.get("OTEL_SERVICE_NAME")
-            or _resource_attribute(env.get("OTEL_RESOURCE_ATTRIBUTES"), "service.name")
-            or "dispatcher"
-        )
-        provider = TracerProvider(resource=Resource.create({"service.name": service}))
-        # Larger batches than the SDK's 512 unless OTEL_BSP_* says otherwise:
-        # at thousands of attempts a second, one export request (one HTTP
-        # round trip from the SDK's thread, holding the GIL to write it) per
-        # 2,048 spans rather than per 512.
-        processor = BatchSpanProcessor(
-            exporter(provider.resource),
-            max_queue_size=None if env.get("OTEL_BSP_MAX_QUEUE_SIZE") else BSP_QUEUE,
-            max_export_batch_size=None if env.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") else BSP_BATCH,
-        )
-        provider.add_span_processor(processor)  # shut down with the provider
-        sampler = (env.get("OTEL_TRACES_SAMPLER") or "").strip().lower()
-        return cls(provider, processor, default_sampler=sampler in ("", "parentbased_always_on"))
+        sampler = None
+        name = (env.get("OTEL_TRACES_SAMPLER") or "").strip().lower()
+        if name not in ("", "parentbased_always_on"):
+            from opentelemetry.sdk.trace import TracerProvider
+
+            sampler = TracerProvider().sampler  # read from OTEL_TRACES_SAMPLER(_ARG)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dispatcher.worker.spanexport"],
+            stdin=subprocess.PIPE, env=dict(env),
+        )  # fmt: skip
+        return cls(proc, sampler)
 
     def start(
         self, d: Delivery, wire: EndpointWire, breaker: str | None = None
-    ) -> tuple[SpanRecord | None, str]:
-        """The attempt's span (None when not sampled), opened now, and the
+    ) -> tuple[tuple[Any, ...] | None, str]:
+        """The attempt's open span (None when not sampled) and the
         traceparent that makes the receiver's work its child. `breaker`: the
         endpoint's breaker state the attempt went under (`closed`, or
         `half_open` for a trial)."""
-        start_ns = time.time_ns()
-        parent = attemptdetail.parent_ids(d.traceparent)
-        trace_id = parent[0] if parent is not None else _random_id(128)
-        span_id = _random_id(64)
-        target = wire.target
-        attributes: dict[str, Any] = {
-            "http.request.method": wire.method,
-            "url.scheme": target.scheme,
-            "server.address": target.host or "",
-            "server.port": target.port or 0,
-            "url.full": wire.url_shown,
-            "dispatcher.endpoint.id": d.endpoint_id,
-            "dispatcher.application": wire.app,
-            "dispatcher.event.type": d.event_type,
-            "dispatcher.event.id": d.event_id,
-            "dispatcher.delivery.id": d.id,
-            "dispatcher.attempt": d.attempt_count + 1,
-        }
-        if breaker is not None:
-            attributes["dispatcher.breaker.state"] = breaker
-        name = f"{wire.method} webhook"
-        trace_state = _trace_state(d.tracestate) if parent is not None else ""
-        if self._sampler is None:  # parent-based always-on
-            sampled = parent is None or parent[2]
+        start_ns = time_ns()
+        # Stored only when valid (dispatcher_enqueue checks it), so read by place.
+        parent = d.traceparent
+        span_id = _random_hex(8)
+        if parent is not None:
+            trace_id, parent_span, sampled = parent[3:35], parent[36:52], int(parent[53:], 16) & 1
+            trace_state = _trace_state(d.tracestate)
         else:
-            sampled, trace_state = self._sample(parent, d.tracestate, trace_id, name, attributes)
-        traceparent = f"00-{trace_id:032x}-{span_id:016x}-{'01' if sampled else '00'}"
-        if not sampled:
+            trace_id, parent_span, sampled, trace_state = _random_hex(16), None, 1, ""
+        extra = None
+        if self._sampler is not None:
+            sampled, trace_state, extra = self._sample(d, wire, parent, trace_id, breaker)
+        traceparent = f"00-{trace_id}-{span_id}-{'01' if sampled else '00'}"
+        if not sampled or self._closed:
             return None, traceparent
-        span = SpanRecord(
-            trace_id, span_id, parent[1] if parent is not None else None, trace_state, name,
-            start_ns, 0, attributes,
-            flags=FLAGS_HAS_IS_REMOTE | (FLAGS_IS_REMOTE if parent is not None else 0),
-        )  # fmt: skip
-        return span, traceparent
+        return (trace_id, span_id, parent_span, trace_state, start_ns, d, wire, breaker,
+                extra), traceparent  # fmt: skip
+
+    def end(self, span: tuple[Any, ...] | None, result: AttemptResult | None) -> None:
+        """Ends the span with what the attempt saw (None: it was cut short)."""
+        if span is None or self._closed:
+            return
+        trace_id, span_id, parent_span, trace_state, start_ns, d, wire, breaker, extra = span
+        static = self._statics.get(wire)
+        if static is None:
+            static = _static(wire)
+            if len(self._statics) >= 4096:
+                self._statics.clear()
+            self._statics[wire] = static
+        if result is None:
+            outcome: tuple[Any, ...] | None = None
+        else:
+            outcome = (result.status_code, result.remote_addr, result.verdict.value,
+                       result.error, result.timing)  # fmt: skip
+        self._spans.append((
+            trace_id, span_id, parent_span, trace_state, start_ns, time_ns(), static,
+            d.endpoint_id, d.event_type, d.event_id, d.id, d.attempt_count + 1, breaker, extra,
+            outcome,
+        ))  # fmt: skip
+        if len(self._spans) >= FRAME_SPANS:
+            self._send()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(FRAME_S, self._send)
+
+    def _send(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        spans, self._spans = self._spans, []
+        if not spans or self._closed:
+            return
+        transport = self._transport
+        if transport is None or transport.get_write_buffer_size() > MAX_PENDING:
+            self.dropped += len(spans)
+            return
+        frame = marshal.dumps(spans)
+        transport.write(FRAME_HEAD.pack(len(frame)) + frame)
+
+    async def open(self) -> None:
+        """The pipe to the exporter, made non-blocking and watched by the
+        loop: a write never waits for the exporter (the transport buffers
+        what it cannot take yet)."""
+        if self._transport is None and self._proc.stdin is not None:
+            loop = asyncio.get_running_loop()
+            self._transport, _ = await loop.connect_write_pipe(
+                lambda: _Pipe(self), self._proc.stdin
+            )
+
+    def _gone(self) -> None:
+        if not self._closed:
+            self._closed = True
+            log.event("tracing_exporter_gone", logging.WARNING,
+                      reason="the span exporter process exited; spans are no longer exported",
+                      returncode=self._proc.poll())  # fmt: skip
 
     def _sample(
         self,
-        parent: tuple[int, int, bool] | None,
-        tracestate: str | None,
-        trace_id: int,
-        name: str,
-        attributes: dict[str, Any],
-    ) -> tuple[bool, str]:
-        """A configured sampler's decision, asked as the SDK asks it."""
+        d: Delivery,
+        wire: EndpointWire,
+        parent: str | None,
+        trace_id: str,
+        breaker: str | None,
+    ) -> tuple[int, str, dict[str, Any] | None]:
+        """A configured sampler's decision, asked as the SDK asks it: its
+        sampled flag, the span's tracestate and the attributes it adds."""
         from opentelemetry import trace
         from opentelemetry.sdk.trace.sampling import Decision
 
         context = None
         if parent is not None:
-            state = trace.TraceState.from_header([tracestate]) if tracestate else None
+            state = trace.TraceState.from_header([d.tracestate]) if d.tracestate else None
             span_context = trace.SpanContext(
-                parent[0], parent[1], is_remote=True,
-                trace_flags=trace.TraceFlags(1 if parent[2] else 0), trace_state=state,
+                int(trace_id, 16), int(parent[36:52], 16), is_remote=True,
+                trace_flags=trace.TraceFlags(int(parent[53:], 16) & 1), trace_state=state,
             )  # fmt: skip
             context = trace.set_span_in_context(trace.NonRecordingSpan(span_context))
-        assert self._sampler is not None
+        method, scheme, host, port, url, app = _static(wire)
+        attributes = {
+            "http.request.method": method, "url.scheme": scheme, "server.address": host,
+            "server.port": port, "url.full": url, "dispatcher.endpoint.id": d.endpoint_id,
+            "dispatcher.application": app, "dispatcher.event.type": d.event_type,
+            "dispatcher.event.id": d.event_id, "dispatcher.delivery.id": d.id,
+            "dispatcher.attempt": d.attempt_count + 1,
+        }  # fmt: skip
+        if breaker is not None:
+            attributes["dispatcher.breaker.state"] = breaker
         result = self._sampler.should_sample(
-            context, trace_id, name, trace.SpanKind.CLIENT, attributes
+            context, int(trace_id, 16), f"{method} webhook", trace.SpanKind.CLIENT, attributes
         )
-        if result.attributes:
-            attributes.update(result.attributes)
         state = result.trace_state
         text = ",".join(f"{k}={v}" for k, v in state.items()) if state is not None else ""
-        return result.decision is Decision.RECORD_AND_SAMPLE, text
-
-    def end(self, span: SpanRecord | None, result: AttemptResult | None) -> None:
-        """Ends the span with what the attempt saw (None: it was cut short)."""
-        if span is None:
-            return
-        span.end_ns = time.time_ns()
-        attributes = span.attributes
-        if result is None:
-            attributes["error.type"] = "cancelled"
-            span.status = STATUS_ERROR
-        else:
-            if result.status_code is not None:
-                attributes["http.response.status_code"] = result.status_code
-            if result.remote_addr is not None:
-                attributes["network.peer.address"] = result.remote_addr
-            attributes["dispatcher.verdict"] = result.verdict.value
-            if result.timing is not None:
-                span.events = _phases(span.start_ns, result.timing)
-            if result.verdict is not Verdict.SUCCESS:
-                error = result.error or (
-                    str(result.status_code) if result.status_code is not None else "failed"
-                )
-                attributes["error.type"] = error
-                span.status = STATUS_ERROR
-        self._processor.on_end(span)
+        sampled = result.decision is Decision.RECORD_AND_SAMPLE
+        return int(sampled), text, dict(result.attributes) if result.attributes else None
 
     async def close(self) -> None:
-        """Exports what is still batched (the SDK's own bounded wait)."""
-        await asyncio.to_thread(self._provider.shutdown)
+        """Hands over what is still gathered, closes the pipe and waits (at
+        most CLOSE_S) for the exporter's last export."""
+        if not self._closed:
+            self._send()
+        self._closed = True
+        if self._transport is not None:
+            self._transport.close()  # after writing what it buffered
+        elif self._proc.stdin is not None:
+            self._proc.stdin.close()
+        try:
+            await asyncio.to_thread(self._proc.wait, CLOSE_S)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            await asyncio.to_thread(self._proc.wait)
+        if self.dropped:
+            log.event("tracing_dropped", logging.WARNING, spans=self.dropped,
+                      reason="the span exporter fell behind")  # fmt: skip
 
 
-def exporter(resource: Any) -> Any:
-    """The SDK's OTLP/HTTP span exporter (its endpoint, headers, timeout,
-    compression and TLS from `OTEL_EXPORTER_OTLP_*`, its retries), writing
-    the request with core.otlp."""
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.trace.export import SpanExportResult
-
-    scope = ("dispatcher", __version__)
-    attrs = dict(resource.attributes)
-    schema_url = resource.schema_url or ""
-
-    class Exporter(OTLPSpanExporter):  # type: ignore[misc]
-        def export(self, spans: Any) -> SpanExportResult:
-            if self._shutdown:
-                return SpanExportResult.FAILURE
-            data = export_request(attrs, scope, spans, resource_schema_url=schema_url)
-            # `_client`: the exporter's HTTP client (opentelemetry-exporter-
-            # otlp-proto-http, pinned): posts, retries, says what failed.
-            sent = self._client.export(data)
-            return SpanExportResult.SUCCESS if sent.success else SpanExportResult.FAILURE
-
-    return Exporter()
-
-
-def _resource_attribute(text: str | None, key: str) -> str | None:
-    """`key`'s value in OTEL_RESOURCE_ATTRIBUTES (`k=v,k2=v2`, values
-    percent-encoded), or None."""
-    for item in (text or "").split(","):
-        name, sep, value = item.partition("=")
-        if sep and name.strip() == key and value.strip():
-            return unquote(value.strip())
-    return None
+def _static(wire: EndpointWire) -> tuple[Any, ...]:
+    """A span's attributes that one endpoint's wire settles."""
+    target = wire.target
+    return (wire.method, target.scheme, target.host or "", target.port or 0, wire.url_shown,
+            wire.app)  # fmt: skip
 
 
 def _trace_state(tracestate: str | None) -> str:
@@ -255,30 +272,12 @@ def _trace_state(tracestate: str | None) -> str:
     return ",".join(m.strip() for m in tracestate.split(",") if m.strip())
 
 
-def _random_id(bits: int) -> int:
-    """A trace or span id as the SDK's RandomIdGenerator makes them: never 0."""
+def _random_hex(n: int) -> str:
+    """A trace or span id of n random bytes, never 0 (as the SDK's)."""
     while True:
-        value = random.getrandbits(bits)
-        if value:
+        value = os.urandom(n).hex()
+        if value != _ZERO[n]:
             return value
 
 
-PHASES = ("dns", "connect", "tls")
-MS = "dispatcher.phase.ms"
-
-
-def _phases(start_ns: int, timing: Timing) -> list[tuple[str, int, dict[str, Any]]]:
-    """An event at the end of each phase the attempt went through (as
-    Convoy's client span has): `dns`, `connect`, `tls` when it opened a
-    connection, then `ttfb` when the status line came; each with the
-    phase's own length in ms (`dispatcher.phase.ms`). The phases run one
-    after the other from the span's start, so their ends are running sums."""
-    *opening, ttfb = timing
-    at = 0.0
-    out = []
-    for name, took in zip(PHASES, opening, strict=True):
-        if took is not None:
-            at += took
-            out.append((name, start_ns + int(at * 1e9), {MS: round(took * 1000, 3)}))
-    out.append(("ttfb", start_ns + int(max(ttfb, at) * 1e9), {MS: round(ttfb * 1000, 3)}))
-    return out
+_ZERO = {8: "0" * 16, 16: "0" * 32}

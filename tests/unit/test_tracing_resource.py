@@ -1,4 +1,4 @@
-"""The span resource's service.name (worker/tracing.py) follows
+"""The span resource's service.name (worker/spanexport.py) follows
 OpenTelemetry's precedence: OTEL_SERVICE_NAME, then OTEL_RESOURCE_ATTRIBUTES,
 then ours ("dispatcher")."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from dispatcher.worker.tracing import Tracing
+from dispatcher.worker.spanexport import provider
 
 ENDPOINT = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
 
@@ -27,9 +27,8 @@ def test_service_name_precedence(
         monkeypatch.delenv(k, raising=False)
     for k, v in env.items():  # the SDK's resource detector reads os.environ too
         monkeypatch.setenv(k, v)
-    tracing = Tracing.from_env({**ENDPOINT, **env})
-    assert tracing is not None
+    made, _ = provider({**ENDPOINT, **env})
     try:
-        assert tracing._provider.resource.attributes["service.name"] == service
+        assert made.resource.attributes["service.name"] == service
     finally:
-        tracing._provider.shutdown()
+        made.shutdown()
