@@ -379,13 +379,8 @@ class Sender:
         receiver gets (SPEC "Destinations"), under the endpoint's timeout."""
         assert wire.broker is not None
         ts = int(time.time())
-        headers = {k.lower(): v for k, v in wire.headers_for(d.event_id, ts, d.body).items()
-                   if k.lower() != "user-agent"}  # fmt: skip
+        headers = wire.broker_headers(d.event_id, ts, d.body)
         headers["event-type"] = d.event_type
-        # What is published is the event's JSON whatever the endpoint's
-        # body shape (a form or no body shapes HTTP requests only), and
-        # every broker message says so (SPEC "Destinations").
-        headers["content-type"] = "application/json"
         if traced is not None or d.traceparent is not None:
             headers["traceparent"] = traced or attemptdetail.child_traceparent(d.traceparent or "")
             if d.tracestate is not None:

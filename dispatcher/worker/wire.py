@@ -43,8 +43,8 @@ CONTENT_TYPES = {"json": "application/json", "form": "application/x-www-form-url
 class EndpointWire:
     """Per-endpoint wire settings, built once per endpoint version."""
 
-    __slots__ = ("app", "body_mode", "broker", "extras", "headers", "method", "polled", "shaped",
-                 "signer",
+    __slots__ = ("app", "body_mode", "broker", "broker_fixed", "extras", "headers", "method",
+                 "polled", "shaped", "signer",
                  "ssl", "success", "target", "template", "timeout_ms", "timeout_s", "url",
                  "url_refusal", "url_shown", "value_map")  # fmt: skip
 
@@ -104,6 +104,13 @@ class EndpointWire:
         if body_mode in CONTENT_TYPES:
             self.headers["content-type"] = CONTENT_TYPES[body_mode]
         self.headers["user-agent"] = USER_AGENT
+        # A broker message's fixed properties: the same headers, names
+        # lower-case, without User-Agent, and the event's JSON whatever the
+        # endpoint's body shape (a form or no body shapes HTTP requests only):
+        # every broker message says so (SPEC "Destinations").
+        self.broker_fixed = {k.lower(): v for k, v in self.headers.items()
+                             if k.lower() != "user-agent"}  # fmt: skip
+        self.broker_fixed["content-type"] = "application/json"
         self.signer = Signer(secrets)
         self.timeout_ms = timeout_ms
         self.timeout_s = timeout_ms / 1000
@@ -156,6 +163,14 @@ class EndpointWire:
         """One attempt's headers: the fixed ones, the event's id and time,
         and the signature over the bytes actually sent (empty without a body)."""
         headers = self.headers.copy()
+        headers["webhook-id"] = event_id
+        headers["webhook-timestamp"] = str(ts)
+        headers["webhook-signature"] = self.signer.signature(event_id, ts, data)
+        return headers
+
+    def broker_headers(self, event_id: str, ts: int, data: bytes) -> dict[str, str]:
+        """headers_for's, as a broker message's properties (broker_fixed)."""
+        headers = self.broker_fixed.copy()
         headers["webhook-id"] = event_id
         headers["webhook-timestamp"] = str(ts)
         headers["webhook-signature"] = self.signer.signature(event_id, ts, data)

@@ -446,3 +446,47 @@ async def test_a_nats_token_authenticates_and_a_wrong_one_is_refused(
     finally:
         for p in started:
             await _killed(p)
+
+
+async def test_jetstream_refusals_and_oversized_messages_in_our_words() -> None:
+    """The pipelined publish (brokers/nats.py) reads each PubAck itself: a
+    stream that refuses the message is a transient nack with its code; a
+    message over the server's max_payload and a header name NATS cannot
+    carry are permanent; an accepted one says nothing."""
+    from dispatcher.core.destinations import parse_broker
+    from dispatcher.worker.brokers import nats as nats_link
+    from dispatcher.worker.brokers.link import BrokerFailure, BrokerMessage
+
+    stream = f"DR{uuid.uuid4().hex[:8]}"
+    subject = f"{stream.lower()}.full"
+    nc = await nats.connect("nats://127.0.0.1:4222")
+    js = nc.jetstream()
+    await js.add_stream(name=stream, subjects=[subject], max_msgs=1, discard="new")
+    target = parse_broker(f"nats://127.0.0.1:4222/{subject}")
+    link = await nats_link.connect(target, "127.0.0.1", None)
+
+    def message(n: int, body: bytes = b"{}", **headers: str) -> BrokerMessage:
+        return BrokerMessage(body, {"webhook-id": f"m{n}", **headers}, f"m{n}", "t", 0)
+
+    try:
+        await link.publish(target, message(1))
+        with pytest.raises(BrokerFailure) as refused:
+            await link.publish(target, message(2))
+        assert refused.value.word.startswith("nack: the stream refused it (code 10077)")
+        assert not refused.value.permanent
+        with pytest.raises(BrokerFailure) as big:
+            await link.publish(target, message(3, b"x" * (nc.max_payload + 1)))
+        assert big.value.permanent and "max_payload" in big.value.word
+        with pytest.raises(BrokerFailure) as named:
+            await link.publish(target, message(4, **{"bad name": "v"}))
+        assert named.value.permanent
+        # Together, from one turn of the loop: each answered on its own.
+        await js.purge_stream(stream)
+        results = await asyncio.gather(*(link.publish(target, message(n)) for n in (5, 6, 7)),
+                                       return_exceptions=True)  # fmt: skip
+        assert sum(r is None for r in results) == 1
+        assert (await js.stream_info(stream)).state.messages == 1
+    finally:
+        await link.close()
+        await js.delete_stream(stream)
+        await nc.close()

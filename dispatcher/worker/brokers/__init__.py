@@ -79,7 +79,9 @@ class Brokers:
     async def publish(self, target: BrokerTarget, msg: BrokerMessage) -> AttemptResult:
         """One publish, timed; the caller bounds it by the endpoint's timeout."""
         t0 = time.perf_counter()
-        slot = self._slots.setdefault(target.link, _Slot())
+        slot = self._slots.get(target.link)
+        if slot is None:
+            slot = self._slots[target.link] = _Slot()
         try:
             link = await self._link(target, slot)
             await link.publish(target, msg)
