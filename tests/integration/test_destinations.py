@@ -78,6 +78,9 @@ async def test_rabbitmq_gets_every_event_confirmed_persistent_and_signed(
             assert message.delivery_mode == aio_pika.DeliveryMode.PERSISTENT
             assert message.content_type == "application/json"
             assert headers["content-type"] == "application/json"
+            assert message.message_id == headers["webhook-id"] and message.type == "order.paid"
+            assert message.timestamp is not None
+            assert message.timestamp.timestamp() == int(headers["webhook-timestamp"])
             got.append(headers["webhook-id"])
         assert sorted(got) == sorted(ids)
         assert await queue.get(fail=False) is None  # exactly once each
