@@ -273,3 +273,40 @@ async def rows_of(conn: asyncpg.Connection, app: str, statuses: Sequence[str] = 
             app, list(statuses),
         )
     )  # fmt: skip
+
+
+async def otlp_sink() -> tuple[Any, str, list[Any]]:
+    """A real OTLP/HTTP traces receiver on 127.0.0.1: (its runner, its base
+    URL, the spans it decoded with opentelemetry-proto, as they come)."""
+    from aiohttp import web
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    spans: list[Any] = []
+
+    async def traces(request: web.Request) -> web.Response:
+        req = ExportTraceServiceRequest()
+        req.ParseFromString(await request.read())
+        for rs in req.resource_spans:
+            for ss in rs.scope_spans:
+                spans.extend(ss.spans)
+        return web.Response(content_type="application/x-protobuf", body=b"")
+
+    app = web.Application()
+    app.router.add_post("/v1/traces", traces)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    return runner, f"http://{host}:{port}", spans
+
+
+def span_attributes(span: Any) -> dict[str, object]:
+    """An OTLP span's attributes as a dict of their values."""
+    out: dict[str, object] = {}
+    for kv in span.attributes:
+        v = kv.value
+        out[kv.key] = v.string_value or v.int_value or v.bool_value or v.double_value
+    return out

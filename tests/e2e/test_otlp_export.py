@@ -13,37 +13,14 @@ import asyncio
 import sys
 
 import asyncpg
-from aiohttp import web
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from tests.helpers import WORKER_ENV, add_endpoint, cli_env
+from tests.helpers import WORKER_ENV, add_endpoint, cli_env, otlp_sink, span_attributes
 from tests.receivers import Receiver
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PRODUCER_SPAN = "00f067aa0ba902b7"
 SECRET_VALUE = "click-SECRET-7731"
-
-
-async def _otlp() -> tuple[web.AppRunner, str, list[Span]]:
-    spans: list[Span] = []
-
-    async def traces(request: web.Request) -> web.Response:
-        req = ExportTraceServiceRequest()
-        req.ParseFromString(await request.read())
-        for rs in req.resource_spans:
-            for ss in rs.scope_spans:
-                spans.extend(ss.spans)
-        return web.Response(content_type="application/x-protobuf", body=b"")
-
-    app = web.Application()
-    app.router.add_post("/v1/traces", traces)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    return runner, f"http://{host}:{port}", spans
 
 
 async def _drain(db_url: str, otlp: str, **otel: str) -> None:
@@ -58,18 +35,10 @@ async def _drain(db_url: str, otlp: str, **otel: str) -> None:
     assert proc.returncode == 0, err.decode()[-2000:]
 
 
-def _attrs(span: Span) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for kv in span.attributes:
-        v = kv.value
-        out[kv.key] = v.string_value or v.int_value or v.bool_value or v.double_value
-    return out
-
-
 async def test_attempts_are_client_spans_of_the_producers_trace(
     db_url: str, conn: asyncpg.Connection, receiver: Receiver
 ) -> None:
-    runner, otlp, spans = await _otlp()
+    runner, otlp, spans = await otlp_sink()
     try:
         ep, _ = await add_endpoint(conn, receiver.url("/pb") + "?click={click}", method="GET")
         await conn.execute(
@@ -86,7 +55,7 @@ async def test_attempts_are_client_spans_of_the_producers_trace(
     assert span.trace_id.hex() == TRACE and span.parent_span_id.hex() == PRODUCER_SPAN
     assert span.span_id.hex() == sent_span  # the receiver's work is this span's child
     assert span.kind == Span.SPAN_KIND_CLIENT and span.name == "GET webhook"
-    attrs = _attrs(span)
+    attrs = span_attributes(span)
     assert attrs["http.request.method"] == "GET" and attrs["http.response.status_code"] == 200
     assert attrs["server.address"] == "127.0.0.1" and attrs["url.scheme"] == "http"
     assert attrs["dispatcher.endpoint.id"] == ep and attrs["dispatcher.event.type"] == "conv"
@@ -113,7 +82,7 @@ async def test_a_configured_sampler_decides_and_the_receiver_sees_its_decision(
     """OTEL_TRACES_SAMPLER as the SDK reads it: parent-based on a ratio of
     0, so the producer's sampled trace is followed (exported, flags 01) and
     an event without a producer's trace is not (no span, flags 00)."""
-    runner, otlp, spans = await _otlp()
+    runner, otlp, spans = await otlp_sink()
     try:
         await add_endpoint(conn, receiver.url("/s"))
         await conn.execute(

@@ -10,16 +10,16 @@ import asyncio
 import os
 import signal
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import pytest
-from aiohttp import web
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from dispatcher.core.models import AttemptResult, Delivery, Verdict
 from dispatcher.worker import tracing
 from dispatcher.worker.tracing import Tracing
 from dispatcher.worker.wire import EndpointWire
+from tests.helpers import otlp_sink, span_attributes
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = "00f067aa0ba902b7"
@@ -29,32 +29,16 @@ WIRE = EndpointWire(
 )  # fmt: skip
 
 
+@dataclass
 class Sink:
-    def __init__(self) -> None:
-        self.spans: list[Span] = []
-        self.url = ""
-
-    async def traces(self, request: web.Request) -> web.Response:
-        req = ExportTraceServiceRequest()
-        req.ParseFromString(await request.read())
-        for rs in req.resource_spans:
-            for ss in rs.scope_spans:
-                self.spans.extend(ss.spans)
-        return web.Response(content_type="application/x-protobuf", body=b"")
+    url: str
+    spans: list[Span]
 
 
 @pytest.fixture
 async def sink() -> AsyncIterator[Sink]:
-    s = Sink()
-    app = web.Application()
-    app.router.add_post("/v1/traces", s.traces)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    s.url = f"http://{host}:{port}"
-    yield s
+    runner, url, spans = await otlp_sink()
+    yield Sink(url, spans)
     await runner.cleanup()
 
 
@@ -74,14 +58,6 @@ def _delivery(n: int, traced: bool = True) -> Delivery:
     )  # fmt: skip
 
 
-def _attrs(span: Span) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for kv in span.attributes:
-        v = kv.value
-        out[kv.key] = v.string_value or v.int_value or v.bool_value or v.double_value
-    return out
-
-
 async def test_each_outcome_reaches_the_collector_as_its_span(sink: Sink) -> None:
     t = _tracing(sink)
     await t.open()
@@ -98,27 +74,27 @@ async def test_each_outcome_reaches_the_collector_as_its_span(sink: Sink) -> Non
         t.end(span, result)
     await t.close()
     assert t._proc.returncode == 0 and t.dropped == 0
-    got = {_attrs(s)["dispatcher.delivery.id"]: s for s in sink.spans}
+    got = {int(str(span_attributes(s)["dispatcher.delivery.id"])): s for s in sink.spans}
     assert sorted(got) == [1, 2, 3, 4]
     for n, s in got.items():
         _, trace, span_id, flags = sent[n].split("-")
         assert (s.trace_id.hex(), s.span_id.hex(), flags) == (trace, span_id, "01")
         assert s.kind == Span.SPAN_KIND_CLIENT and s.name == "POST webhook"
         assert s.start_time_unix_nano <= s.end_time_unix_nano
-        a = _attrs(s)
+        a = span_attributes(s)
         assert a["url.full"] == "http://127.0.0.1:8080/hook" and a["server.port"] == 8080
         assert a["dispatcher.application"] == "shop" and a["dispatcher.endpoint.id"] == 7
         assert a["dispatcher.event.id"] == f"evt_{n}" and a["dispatcher.attempt"] == 1
     assert got[1].parent_span_id.hex() == PARENT and got[1].trace_state == "vendor=x1"
     assert got[3].parent_span_id == b"" and got[3].trace_id.hex() != TRACE
-    assert _attrs(got[1])["network.peer.address"] == "127.0.0.1"
+    assert span_attributes(got[1])["network.peer.address"] == "127.0.0.1"
     assert got[1].status.code == Status.STATUS_CODE_UNSET
     assert [e.name for e in got[1].events] == ["connect", "ttfb"]
     assert [e.name for e in got[2].events] == ["ttfb"]
-    assert _attrs(got[2])["error.type"] == "503"
-    assert _attrs(got[2])["http.response.status_code"] == 503
-    assert _attrs(got[3])["error.type"] == "connection refused" and not got[3].events
-    assert _attrs(got[4])["error.type"] == "cancelled"
+    assert span_attributes(got[2])["error.type"] == "503"
+    assert span_attributes(got[2])["http.response.status_code"] == 503
+    assert span_attributes(got[3])["error.type"] == "connection refused" and not got[3].events
+    assert span_attributes(got[4])["error.type"] == "cancelled"
     for n in (2, 3, 4):
         assert got[n].status.code == Status.STATUS_CODE_ERROR
 
