@@ -270,7 +270,8 @@ ENVIRONMENT: tuple[Variable, ...] = (
         "OTEL_EXPORTER_OTLP_ENDPOINT",
         "each attempt exported as an OpenTelemetry client span over OTLP/HTTP (with the `otel` "
         "extra; `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` too); the SDK reads the other standard "
-        "`OTEL_*` variables (sampler, service name, batching, `OTEL_SDK_DISABLED`): "
+        "`OTEL_*` variables (sampler, service name, batching, `OTEL_SDK_DISABLED`); spans "
+        "are made and exported by an exporter process beside each worker: "
         "[traces](../guide/traces.md)",
         "unset: no spans exported (a producer's traceparent still reaches the receiver)",
     ),
