@@ -15,6 +15,7 @@ command for people.
 from __future__ import annotations
 
 import marshal
+import os
 import signal
 import struct
 import sys
@@ -95,10 +96,18 @@ PHASES = ("dns", "connect", "tls")
 MS = "dispatcher.phase.ms"
 
 
-def span(item: tuple[Any, ...]) -> SpanRecord:
-    """One attempt, as tracing.end handed it over, as a span."""
-    (trace_id, span_id, parent_span, trace_state, start_ns, end_ns, static, endpoint_id,
-     event_type, event_id, delivery_id, attempt, breaker, extra, outcome) = item  # fmt: skip
+def opening(
+    static: tuple[Any, ...],
+    endpoint_id: int,
+    event_type: str,
+    event_id: str,
+    delivery_id: int,
+    attempt: int,
+    breaker: str | None,
+) -> dict[str, Any]:
+    """A span's attributes as its attempt starts (what a configured sampler
+    is shown, too): `static` is tracing._static's (method, scheme, host,
+    port, URL shown, application)."""
     method, scheme, host, port, url, app = static
     attributes: dict[str, Any] = {
         "http.request.method": method,
@@ -115,12 +124,21 @@ def span(item: tuple[Any, ...]) -> SpanRecord:
     }
     if breaker is not None:
         attributes["dispatcher.breaker.state"] = breaker
+    return attributes
+
+
+def span(item: tuple[Any, ...]) -> SpanRecord:
+    """One attempt, as tracing.end handed it over, as a span."""
+    (trace_id, span_id, parent_span, trace_state, start_ns, end_ns, static, endpoint_id,
+     event_type, event_id, delivery_id, attempt, breaker, extra, outcome) = item  # fmt: skip
+    attributes = opening(static, endpoint_id, event_type, event_id, delivery_id, attempt,
+                         breaker)  # fmt: skip
     if extra:
         attributes.update(extra)
     record = SpanRecord(
         int(trace_id, 16), int(span_id, 16),
         int(parent_span, 16) if parent_span is not None else None, trace_state,
-        f"{method} webhook", start_ns, end_ns, attributes,
+        f"{static[0]} webhook", start_ns, end_ns, attributes,
         flags=FLAGS_HAS_IS_REMOTE | (FLAGS_IS_REMOTE if parent_span is not None else 0),
     )  # fmt: skip
     if outcome is None:  # cut short
@@ -198,6 +216,4 @@ def main(env: Mapping[str, str], stream: BinaryIO) -> None:
 
 
 if __name__ == "__main__":
-    import os
-
     main(os.environ, sys.stdin.buffer)

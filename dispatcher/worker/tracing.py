@@ -47,7 +47,7 @@ from typing import Any
 
 from dispatcher import log
 from dispatcher.core.models import AttemptResult, Delivery
-from dispatcher.worker.spanexport import FRAME_HEAD
+from dispatcher.worker.spanexport import FRAME_HEAD, opening
 from dispatcher.worker.wire import EndpointWire
 
 # What the loop gathers before handing it over: at most FRAME_SPANS spans,
@@ -219,18 +219,14 @@ class Tracing:
                 trace_flags=trace.TraceFlags(int(parent[53:], 16) & 1), trace_state=state,
             )  # fmt: skip
             context = trace.set_span_in_context(trace.NonRecordingSpan(span_context))
-        method, scheme, host, port, url, app = _static(wire)
-        attributes = {
-            "http.request.method": method, "url.scheme": scheme, "server.address": host,
-            "server.port": port, "url.full": url, "dispatcher.endpoint.id": d.endpoint_id,
-            "dispatcher.application": app, "dispatcher.event.type": d.event_type,
-            "dispatcher.event.id": d.event_id, "dispatcher.delivery.id": d.id,
-            "dispatcher.attempt": d.attempt_count + 1,
-        }  # fmt: skip
-        if breaker is not None:
-            attributes["dispatcher.breaker.state"] = breaker
+        attributes = opening(_static(wire), d.endpoint_id, d.event_type, d.event_id, d.id,
+                             d.attempt_count + 1, breaker)  # fmt: skip
         result = self._sampler.should_sample(
-            context, int(trace_id, 16), f"{method} webhook", trace.SpanKind.CLIENT, attributes
+            context,
+            int(trace_id, 16),
+            f"{wire.method} webhook",
+            trace.SpanKind.CLIENT,
+            attributes,
         )
         state = result.trace_state
         text = ",".join(f"{k}={v}" for k, v in state.items()) if state is not None else ""

@@ -108,9 +108,11 @@ class EndpointWire:
         # lower-case, without User-Agent, and the event's JSON whatever the
         # endpoint's body shape (a form or no body shapes HTTP requests only):
         # every broker message says so (SPEC "Destinations").
-        self.broker_fixed = {k.lower(): v for k, v in self.headers.items()
-                             if k.lower() != "user-agent"}  # fmt: skip
-        self.broker_fixed["content-type"] = "application/json"
+        self.broker_fixed: dict[str, str] = {}
+        if self.broker is not None:
+            self.broker_fixed = {k.lower(): v for k, v in self.headers.items()
+                                 if k.lower() != "user-agent"}  # fmt: skip
+            self.broker_fixed["content-type"] = "application/json"
         self.signer = Signer(secrets)
         self.timeout_ms = timeout_ms
         self.timeout_s = timeout_ms / 1000

@@ -11,14 +11,16 @@ reopen (brokers/__init__.py), as for the other brokers.
 from __future__ import annotations
 
 import asyncio
-import re
 import ssl
 from typing import Any
 
 import nats
 import nats.errors
 import orjson
-from nats.aio.client import NO_RESPONDERS_STATUS, Client
+
+# nats-py's own header-name check and line-break translation, so a header
+# goes out as its js.publish would write it.
+from nats.aio.client import _HEADER_KEY_RE, _HEADER_VALUE_NEWLINES, NO_RESPONDERS_STATUS, Client
 from nats.js.api import Header
 
 from dispatcher.core.destinations import BrokerTarget
@@ -34,14 +36,10 @@ async def _quiet(*_: object) -> None:
     """The client's callbacks: its errors reach us as exceptions."""
 
 
-_HEADER_KEY = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # as nats-py checks names
-_NEWLINES = str.maketrans({"\r": " ", "\n": " "})
-
-
 def _head(name: str) -> str:
     """`Name: `, once NATS can carry the name."""
     key = name.strip()
-    if not _HEADER_KEY.fullmatch(key):
+    if not _HEADER_KEY_RE.fullmatch(key):
         raise BrokerFailure(f"nack: {key!r} is not a NATS header name", permanent=True)
     return f"{key}: "
 
@@ -126,7 +124,9 @@ class NatsLink:
         text = "".join(lines)
         if text.count("\n") != len(lines) or text.count("\r") != len(lines):
             # A value with a line break of its own (rare): as nats-py does.
-            text = "".join(f"{names[k]}{v.strip().translate(_NEWLINES)}\r\n" for k, v in items)
+            text = "".join(
+                f"{names[k]}{v.strip().translate(_HEADER_VALUE_NEWLINES)}\r\n" for k, v in items
+            )
         return b"NATS/1.0\r\n" + text.encode() + b"\r\n"
 
     async def close(self) -> None:
