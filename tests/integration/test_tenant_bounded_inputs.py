@@ -133,6 +133,8 @@ async def main():
                 assert r.status == 200, r.status
                 await r.read()
             lags.append(time.perf_counter() - t0)
+            if len(lags) == 1:
+                print("ready", flush=True)
             await asyncio.sleep(0.02)
     print(json.dumps(lags))
 asyncio.run(main())
@@ -169,7 +171,11 @@ async def test_a_message_list_of_large_payloads_takes_bounded_memory(
             stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
         try:
-            await asyncio.sleep(0.5)  # under way before A starts
+            # Under way (its first answer in) before A starts: a fixed pause
+            # was once too short for the probe's start-up beside the suite.
+            assert probe.stdout is not None
+            ready = await asyncio.wait_for(probe.stdout.readline(), 30)
+            assert ready == b"ready\n", ready
             pages, docs = await _walk(a, f"/api/v1/app/{A}/msg?limit=250")
         finally:
             stop.touch()
