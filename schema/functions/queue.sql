@@ -8,24 +8,23 @@
 -- migrate` re-applies this file when its text changes (CONTRIBUTING.md,
 -- "Changing the schema").
 
--- The argument checks every enqueue function makes, in one place.
-CREATE OR REPLACE FUNCTION dispatcher_check_event(p_event_type text, p_event_id text, p_payload json)
-RETURNS void LANGUAGE plpgsql STABLE AS $$
-BEGIN
-    IF p_event_type IS NULL OR p_event_type = '' OR length(p_event_type) > 256 THEN
-        RAISE EXCEPTION 'event_type must be 1..256 characters' USING ERRCODE = '22023';
-    END IF;
-    IF length(p_event_id) NOT BETWEEN 1 AND 200 THEN
-        RAISE EXCEPTION 'event_id must be 1..200 characters' USING ERRCODE = '22023';
-    END IF;
-    IF p_payload IS NULL THEN
-        RAISE EXCEPTION 'payload must not be null' USING ERRCODE = '22023';
-    END IF;
-    IF octet_length(p_payload::text) >
-       coalesce(nullif(current_setting('dispatcher.max_payload_bytes', true), '')::int, 262144) THEN
-        RAISE EXCEPTION 'payload is over the size limit' USING ERRCODE = '22023';
-    END IF;
-END $$;
+-- The argument checks every enqueue makes, in one place: what is wrong
+-- with the event, or NULL. One SQL expression, so that the enqueue's
+-- plpgsql inlines it into a single test (a plpgsql call per event cost a
+-- producer's transaction more than the checks themselves).
+DROP FUNCTION IF EXISTS dispatcher_check_event(text, text, json);
+CREATE FUNCTION dispatcher_check_event(p_event_type text, p_event_id text, p_payload json)
+RETURNS text LANGUAGE sql STABLE AS $$
+    SELECT CASE
+        WHEN p_event_type IS NULL OR p_event_type = '' OR length(p_event_type) > 256
+            THEN 'event_type must be 1..256 characters'
+        WHEN length(p_event_id) NOT BETWEEN 1 AND 200 THEN 'event_id must be 1..200 characters'
+        WHEN p_payload IS NULL THEN 'payload must not be null'
+        WHEN octet_length(p_payload::text) >
+             coalesce(nullif(current_setting('dispatcher.max_payload_bytes', true), '')::int, 262144)
+            THEN 'payload is over the size limit'
+    END
+$$;
 
 -- NOTIFY the workers when the switch says so: what every path that makes
 -- rows due calls (dispatcher_enqueue_app below inlines the same test).
@@ -52,11 +51,20 @@ END $$;
 -- `held` and wait for dispatcher_release_event. One signature, so that
 -- callers naming the arguments resolve.
 --
--- One statement when the event id is new: whether rows with this id
--- existed before is asked in the INSERT's own statement, whose snapshot
--- does not include the rows it inserts; a row a concurrent call inserted
--- shows as a target without its row, and then the second lookup (a new
--- snapshot) answers. An unknown application raises and inserts nothing;
+-- Three statements in the common case, each as small as it can be, since
+-- a producer's transaction pays for every plan node the function starts
+-- (executor start-up was the largest part of its cost, measured with perf
+-- under 16 producers): the targets, and the wake switch beside them; the
+-- INSERT, a one-row VALUES for one target, the payload store's statement
+-- only for a fan-out; then, for an id the producer chose, one look at the
+-- dedup window's keys and at whether the event had rows before this call.
+-- That last look is a statement of its own, after the INSERT: its snapshot
+-- includes a move to history that committed while the INSERT waited on the
+-- row being moved (READ COMMITTED; at REPEATABLE READ that instant can let
+-- a duplicate through: docs/operations/production.md). A row for the
+-- event that is not one just inserted (another endpoint's, a concurrent
+-- call's) sends the answer to the second lookup, which returns all the
+-- event's deliveries. An unknown application raises and inserts nothing;
 -- it is looked up only when nothing was targeted, so the common path pays
 -- no extra read. Rows due now wake the workers when the switch says so.
 CREATE OR REPLACE FUNCTION dispatcher_enqueue_app(
@@ -76,129 +84,154 @@ CREATE OR REPLACE FUNCTION dispatcher_enqueue_app(
 LANGUAGE plpgsql AS $$
 DECLARE
     v_event_id text := coalesce(p_event_id, 'evt_' || replace(gen_random_uuid()::text, '-', ''));
-    -- A W3C traceparent, else none (an invalid one is ignored, as W3C
-    -- recommends); tracestate only with one, bounded as W3C bounds it.
-    v_traceparent text := CASE
-        WHEN traceparent ~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
-             AND left(traceparent, 2) <> 'ff'
-             AND substr(traceparent, 4, 32) <> repeat('0', 32)
-             AND substr(traceparent, 37, 16) <> repeat('0', 16)
-        THEN traceparent END;
-    v_tracestate text := CASE WHEN v_traceparent IS NOT NULL AND length(tracestate) <= 512
-                              THEN nullif(tracestate, '') END;
+    v_traceparent text;
+    v_tracestate text;
+    v_targets bigint[];
+    v_max_attempts int[];
+    v_order_keys text[];
+    v_wake text;
     v_ids bigint[];
     v_dups bigint[];
     v_seen boolean;
-    v_new boolean;
-    v_targets bigint;
-    v_channels text[] := channels;
-    v_due timestamptz := coalesce(deliver_at, now());
-    v_status text := CASE WHEN coalesce(hold, false) THEN 'held' ELSE 'pending' END;
+    v_before boolean;
+    -- The arguments that share a name with a column, by names that do not.
+    v_channels ALIAS FOR channels;
+    v_deliver_at ALIAS FOR deliver_at;
+    v_hold ALIAS FOR hold;
+    v_payload_id ALIAS FOR payload_id;
+    v_payload_at ALIAS FOR payload_at;
 BEGIN
-    PERFORM dispatcher_check_event(p_event_type, v_event_id, p_payload);
-    WITH target AS MATERIALIZED (
-        SELECT e.id, e.max_attempts,
-               dispatcher_order_key(e.ordering, e.ordering_key, p_payload) AS order_key
-        FROM endpoints e
-        WHERE e.deleted_at IS NULL AND e.application_id = p_app AND e.kind = 'webhook'
-          AND CASE WHEN p_endpoint_id IS NULL
-                   THEN e.enabled AND (e.event_types @> ARRAY[p_event_type] OR e.event_types @> '{*}')
-                        AND dispatcher_filter_passes(e.filter, p_payload)
-                        AND (e.channels IS NULL OR e.channels && v_channels)
-                   ELSE e.id = p_endpoint_id END
-    ), stored AS (
-        -- One copy per event (schema 025): a fan-out's rows reference the
-        -- payload store; one row keeps its payload inline. Nothing is
-        -- stored for a repeat of an event a target already has (the rows
-        -- new to it, if any, then keep the payload inline: never without).
-        -- Through the (event_id, endpoint_id) index, as the check below.
-        INSERT INTO event_payloads (body)
-        SELECT p_payload
-        WHERE dispatcher_enqueue_app.payload_id IS NULL AND (SELECT count(*) FROM target) > 1
-          AND NOT (p_event_id IS NOT NULL AND EXISTS (
-                SELECT 1 FROM webhook_live q JOIN target t ON t.id = q.endpoint_id
-                WHERE q.event_id = v_event_id))
-        RETURNING id, created_at
-    ), ref AS (
-        SELECT id, created_at FROM stored
-        UNION ALL
-        SELECT dispatcher_enqueue_app.payload_id, dispatcher_enqueue_app.payload_at
-        WHERE dispatcher_enqueue_app.payload_id IS NOT NULL
-    ), ins AS (
+    IF dispatcher_check_event(p_event_type, v_event_id, p_payload) IS NOT NULL THEN
+        RAISE EXCEPTION '%', dispatcher_check_event(p_event_type, v_event_id, p_payload)
+            USING ERRCODE = '22023';
+    END IF;
+    -- A W3C traceparent, else none (an invalid one is ignored, as W3C
+    -- recommends); tracestate only with one, bounded as W3C bounds it.
+    IF traceparent IS NOT NULL THEN
+        v_traceparent := CASE
+            WHEN traceparent ~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
+                 AND left(traceparent, 2) <> 'ff'
+                 AND substr(traceparent, 4, 32) <> repeat('0', 32)
+                 AND substr(traceparent, 37, 16) <> repeat('0', 16)
+            THEN traceparent END;
+        v_tracestate := CASE WHEN v_traceparent IS NOT NULL AND length(tracestate) <= 512
+                             THEN nullif(tracestate, '') END;
+    END IF;
+    SELECT array_agg(e.id), array_agg(e.max_attempts),
+           array_agg(dispatcher_order_key(e.ordering, e.ordering_key, p_payload)),
+           (SELECT wake FROM dispatcher_settings)
+    INTO v_targets, v_max_attempts, v_order_keys, v_wake
+    FROM endpoints e
+    WHERE e.deleted_at IS NULL AND e.application_id = p_app AND e.kind = 'webhook'
+      AND CASE WHEN p_endpoint_id IS NULL
+               THEN e.enabled AND (e.event_types @> ARRAY[p_event_type] OR e.event_types @> '{*}')
+                    AND dispatcher_filter_passes(e.filter, p_payload)
+                    AND (e.channels IS NULL OR e.channels && v_channels)
+               ELSE e.id = p_endpoint_id END;
+    IF cardinality(v_targets) = 1 THEN
+        -- One row keeps its payload inline (or the reference it was given).
         INSERT INTO webhook_live (endpoint_id, event_id, event_type, payload, max_attempts,
                                   order_key, next_attempt_at, status, traceparent, tracestate,
                                   payload_id, payload_at)
-        SELECT t.id, v_event_id, p_event_type, CASE WHEN r.id IS NULL THEN p_payload END,
-               t.max_attempts, t.order_key, v_due, v_status, v_traceparent, v_tracestate,
-               r.id, r.created_at
-        FROM target t LEFT JOIN ref r ON true
+        VALUES (v_targets[1], v_event_id, p_event_type,
+                CASE WHEN v_payload_id IS NULL THEN p_payload END, v_max_attempts[1],
+                v_order_keys[1], coalesce(v_deliver_at, now()),
+                CASE WHEN v_hold THEN 'held' ELSE 'pending' END, v_traceparent, v_tracestate,
+                v_payload_id, v_payload_at)
         ON CONFLICT (endpoint_id, event_id) DO NOTHING
-        RETURNING id
-    )
-    SELECT coalesce(array_agg(id ORDER BY id), '{}'),
-           (SELECT count(*) FROM target),
-           count(*) = (SELECT count(*) FROM target)
-           AND NOT (p_event_id IS NOT NULL
-                    AND EXISTS (SELECT 1 FROM webhook_live q
-                                JOIN endpoints o ON o.id = q.endpoint_id
-                                WHERE q.event_id = v_event_id AND o.application_id = p_app
-                                  AND o.kind = 'webhook'))
-    INTO v_ids, v_targets, v_new
-    FROM ins;
-    -- The same event for the same endpoint, final within the dedup window
-    -- (in history, out of reach of webhook_live's unique index): the rows
-    -- just inserted for it go again, unseen. Statements of their own, so
-    -- their snapshot includes a move to history that committed while the
-    -- INSERT above waited on the row being moved (READ COMMITTED; at
-    -- REPEATABLE READ that instant can let a duplicate through:
-    -- docs/operations/production.md). A generated id cannot repeat. The
-    -- common case, an id not seen, costs one probe of the window's keys
-    -- (schema 027, history.sql) by event id; history itself is asked only
-    -- while the keys of what it held before 027 are being written, and the
-    -- rows are looked at only when a probe finds one. The main statement
-    -- above asks webhook_live alone: a history twin makes it store a
-    -- fan-out's payload needlessly (the copy goes with its day).
-    IF p_event_id IS NOT NULL AND cardinality(v_ids) > 0 THEN
-        v_seen := EXISTS (SELECT 1 FROM dispatcher_dedup_keys_0 k
-                          WHERE k.event_id = v_event_id AND k.expires_at > now())
-               OR EXISTS (SELECT 1 FROM dispatcher_dedup_keys_1 k
-                          WHERE k.event_id = v_event_id AND k.expires_at > now());
-        -- Whether the keys are complete, remembered by the session once
+        RETURNING ARRAY[id] INTO v_ids;
+    ELSIF cardinality(v_targets) > 1 THEN
+        WITH stored AS (
+            -- One copy per event (schema 025): a fan-out's rows reference
+            -- the payload store. Nothing is stored for a repeat of an event
+            -- a target already has (the rows new to it, if any, then keep
+            -- the payload inline: never without).
+            INSERT INTO event_payloads (body)
+            SELECT p_payload
+            WHERE v_payload_id IS NULL
+              AND NOT (p_event_id IS NOT NULL AND EXISTS (
+                    SELECT 1 FROM webhook_live q
+                    WHERE q.event_id = v_event_id AND q.endpoint_id = ANY (v_targets)))
+            RETURNING id, created_at
+        ), ref AS (
+            SELECT id, created_at FROM stored
+            UNION ALL
+            SELECT v_payload_id, v_payload_at
+            WHERE v_payload_id IS NOT NULL
+        ), ins AS (
+            INSERT INTO webhook_live (endpoint_id, event_id, event_type, payload, max_attempts,
+                                      order_key, next_attempt_at, status, traceparent,
+                                      tracestate, payload_id, payload_at)
+            SELECT t.id, v_event_id, p_event_type, CASE WHEN r.id IS NULL THEN p_payload END,
+                   t.max_attempts, t.order_key, coalesce(v_deliver_at, now()),
+                   CASE WHEN v_hold THEN 'held' ELSE 'pending' END, v_traceparent,
+                   v_tracestate, r.id, r.created_at
+            FROM unnest(v_targets, v_max_attempts, v_order_keys) AS t(id, max_attempts, order_key)
+            LEFT JOIN ref r ON true
+            ON CONFLICT (endpoint_id, event_id) DO NOTHING
+            RETURNING id
+        )
+        SELECT array_agg(id ORDER BY id) INTO v_ids FROM ins;
+    END IF;
+    -- v_ids is NULL when nothing was inserted, from here on.
+    -- A generated id cannot repeat. For the producer's own: the same event
+    -- for the same endpoint, final within the dedup window (in history, out
+    -- of reach of webhook_live's unique index), has the rows just inserted
+    -- for it go again, unseen. One probe of the window's keys (schema 027,
+    -- history.sql) by event id; history itself is asked only while the keys
+    -- of what it held before 027 are being written, and the rows are looked
+    -- at only when a probe finds one. Rows of the event other than this
+    -- call's (of any application: a false alarm only costs the lookup)
+    -- mean it was sent before.
+    IF p_event_id IS NOT NULL THEN
+        SELECT v_ids IS NOT NULL
+               AND (EXISTS (SELECT 1 FROM dispatcher_dedup_keys_0 k
+                            WHERE k.event_id = v_event_id AND k.expires_at > now())
+                    OR EXISTS (SELECT 1 FROM dispatcher_dedup_keys_1 k
+                               WHERE k.event_id = v_event_id AND k.expires_at > now())),
+               EXISTS (SELECT 1 FROM webhook_live q
+                       WHERE q.event_id = v_event_id AND q.id <> ALL (coalesce(v_ids, '{}')))
+        INTO v_seen, v_before;
+        -- Whether the keys are complete is remembered by the session once
         -- they are (they never stop being): no read of the flag then.
-        IF NOT v_seen AND current_setting('dispatcher.dedup_keys_complete', true)
-                          IS DISTINCT FROM 'on' THEN
-            IF (SELECT complete FROM dispatcher_dedup_seed) THEN
-                PERFORM set_config('dispatcher.dedup_keys_complete', 'on', false);
-            ELSE
-                v_seen := EXISTS (SELECT 1 FROM webhook_history h
-                                  WHERE h.event_id = v_event_id
-                                    AND h.finished_at > dispatcher_dedup_since());
+        IF v_seen OR (v_ids IS NOT NULL AND current_setting('dispatcher.dedup_keys_complete', true)
+                                            IS DISTINCT FROM 'on') THEN
+            IF NOT v_seen THEN
+                IF (SELECT complete FROM dispatcher_dedup_seed) THEN
+                    PERFORM set_config('dispatcher.dedup_keys_complete', 'on', false);
+                ELSE
+                    v_seen := EXISTS (SELECT 1 FROM webhook_history h
+                                      WHERE h.event_id = v_event_id
+                                        AND h.finished_at > dispatcher_dedup_since());
+                END IF;
             END IF;
-        END IF;
-        IF v_seen THEN
-            WITH dup AS (
-                DELETE FROM webhook_live w
-                USING unnest(v_ids) AS x(id)
-                WHERE w.id = x.id AND dispatcher_dedup_taken(v_event_id, w.endpoint_id)
-                RETURNING w.id
-            )
-            SELECT coalesce(array_agg(id), '{}') INTO v_dups FROM dup;
-            IF cardinality(v_dups) > 0 THEN
-                v_ids := ARRAY(SELECT unnest(v_ids) EXCEPT SELECT unnest(v_dups));
-                v_new := false;
+            IF v_seen THEN
+                WITH dup AS (
+                    DELETE FROM webhook_live w
+                    USING unnest(v_ids) AS x(id)
+                    WHERE w.id = x.id AND dispatcher_dedup_taken(v_event_id, w.endpoint_id)
+                    RETURNING w.id
+                )
+                SELECT coalesce(array_agg(id), '{}') INTO v_dups FROM dup;
+                IF cardinality(v_dups) > 0 THEN
+                    v_ids := nullif(ARRAY(SELECT unnest(v_ids) EXCEPT SELECT unnest(v_dups)), '{}');
+                    v_before := true;
+                END IF;
             END IF;
         END IF;
     END IF;
     -- Only rows due now: held ones wait for their release, and rows for
     -- later are found by the workers' poll once due, as in `probe` mode.
-    -- dispatcher_wake_workers() inlined (a plpgsql call would cost a
-    -- producer more than the read of the switch itself), and the switch
-    -- read only when this call queued rows due now.
-    IF cardinality(v_ids) > 0 AND v_status = 'pending' AND v_due <= now()
-       AND (SELECT wake FROM dispatcher_settings) = 'notify' THEN
+    -- dispatcher_wake_workers() inlined: a plpgsql call would cost a
+    -- producer more than the read of the switch itself.
+    IF v_wake = 'notify' AND cardinality(v_ids) > 0 AND v_hold IS NOT TRUE
+       AND coalesce(v_deliver_at, now()) <= now() THEN
         PERFORM pg_notify('dispatcher_due', '');
     END IF;
-    IF v_targets = 0 THEN
+    IF coalesce(cardinality(v_ids), 0) = cardinality(v_targets) AND v_before IS NOT TRUE THEN
+        RETURN v_ids;
+    END IF;
+    IF v_targets IS NULL THEN
         IF NOT EXISTS (SELECT 1 FROM applications WHERE id = p_app AND deleted_at IS NULL) THEN
             RAISE EXCEPTION 'unknown application: %', p_app USING ERRCODE = '22023';
         END IF;
@@ -208,9 +241,9 @@ BEGIN
             RAISE EXCEPTION 'endpoint % is not in application %', p_endpoint_id, p_app
                 USING ERRCODE = '22023';
         END IF;
-    END IF;
-    IF v_new THEN
-        RETURN v_ids;
+        IF v_before IS NOT TRUE THEN
+            RETURN '{}';
+        END IF;
     END IF;
     SELECT coalesce(array_agg(q.id ORDER BY q.id), '{}') INTO v_ids
     FROM dispatcher_event_rows(v_event_id) q JOIN endpoints e ON e.id = q.endpoint_id
@@ -261,14 +294,25 @@ LANGUAGE sql AS $$
                                   traceparent => traceparent, tracestate => tracestate)
 $$;
 
+-- The application of a live endpoint, or NULL.
+CREATE OR REPLACE FUNCTION dispatcher_endpoint_app(p_endpoint_id bigint) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT application_id FROM endpoints
+            WHERE id = p_endpoint_id AND deleted_at IS NULL);
+END $$;
+
 -- The transactional outbox: call inside the producer's own transaction.
 -- The event of application `default`, or, with an endpoint given by id,
 -- that endpoint's application (dispatcher_enqueue_app). The payload is
 -- json (kept byte for byte); the text and jsonb overloads below take the
--- other forms producers hold. plpgsql rather than a SQL wrapper: its plan
--- is cached per session, where a SQL function that cannot be inlined is
--- planned again by every call (a quarter of a producer's transaction
--- rate, measured with pgbench).
+-- other forms producers hold. One SQL expression, which PostgreSQL
+-- inlines into the producer's statement when it is planned: the call is
+-- then dispatcher_enqueue_app's alone (a plpgsql wrapper cost a
+-- producer's transaction a second function's start-up; a SQL function
+-- that cannot be inlined would be planned again by every call). The
+-- endpoint's application is read by a function of its own for the same
+-- reason: a sub-select would keep this one from being inlined.
 CREATE OR REPLACE FUNCTION dispatcher_enqueue(
     p_event_type text,
     p_payload json,
@@ -277,18 +321,13 @@ CREATE OR REPLACE FUNCTION dispatcher_enqueue(
     traceparent text DEFAULT NULL,
     tracestate text DEFAULT NULL
 ) RETURNS bigint[]
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_app text;
-BEGIN
-    IF p_endpoint_id IS NOT NULL THEN
-        SELECT application_id INTO v_app FROM endpoints
-        WHERE id = p_endpoint_id AND deleted_at IS NULL;
-    END IF;
-    RETURN dispatcher_enqueue_app(coalesce(v_app, 'default'), p_event_type, p_payload,
-                                  p_event_id, p_endpoint_id, traceparent => traceparent,
-                                  tracestate => tracestate);
-END $$;
+LANGUAGE sql AS $$
+    SELECT dispatcher_enqueue_app(
+        CASE WHEN p_endpoint_id IS NULL THEN 'default'
+             ELSE coalesce(dispatcher_endpoint_app(p_endpoint_id), 'default') END,
+        p_event_type, p_payload, p_event_id, p_endpoint_id,
+        traceparent => traceparent, tracestate => tracestate)
+$$;
 
 -- An untyped literal resolves to the text overload (PostgreSQL prefers the
 -- string category), a jsonb value to the jsonb one; both land in the json one.
