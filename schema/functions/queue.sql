@@ -39,34 +39,33 @@ BEGIN
 END $$;
 
 -- One application's event, fanned out: the function every enqueue path
--- ends in (the HTTP API's, the CLI's, dispatcher_enqueue's below). Targets are the application's live endpoints of kind
--- 'webhook' (a producer's events never reach an ops webhook, by
--- subscription or by id), enabled and subscribed to the type, whose filter
--- lets the payload through and whose channels, if any, share one with
--- `channels`; or only p_endpoint_id, which must be the application's and
--- is sent the event as asked. An event id is unique within the
--- application (another may use the same id for its own event): the same
--- id again creates nothing new and answers with the deliveries it has.
--- The rows are due at `deliver_at` (or now); with `hold` they are inserted
--- `held` and wait for dispatcher_release_event. One signature, so that
--- callers naming the arguments resolve.
+-- ends in (the HTTP API's, the CLI's, dispatcher_enqueue's below), to the
+-- event's targets (dispatcher_event_targets); p_endpoint_id must be the
+-- application's. An event id is unique within the application (another
+-- may use the same id for its own event): the same id again creates
+-- nothing new and answers with the deliveries it has. The rows are due at
+-- `deliver_at` (or now); with `hold` they are inserted `held` and wait for
+-- dispatcher_release_event. One signature, so that callers naming the
+-- arguments resolve.
 --
--- Three statements in the common case, each as small as it can be, since
--- a producer's transaction pays for every plan node the function starts
--- (executor start-up was the largest part of its cost, measured with perf
--- under 16 producers): the targets, and the wake switch beside them; the
--- INSERT, a one-row VALUES for one target, the payload store's statement
--- only for a fan-out; then, for an id the producer chose, one look at the
--- dedup window's keys and at whether the event had rows before this call.
--- That last look is a statement of its own, after the INSERT: its snapshot
--- includes a move to history that committed while the INSERT waited on the
--- row being moved (READ COMMITTED; at REPEATABLE READ that instant can let
--- a duplicate through: docs/operations/production.md). A row for the
--- event that is not one just inserted (another endpoint's, a concurrent
--- call's) sends the answer to the second lookup, which returns all the
--- event's deliveries. An unknown application raises and inserts nothing;
--- it is looked up only when nothing was targeted, so the common path pays
--- no extra read. Rows due now wake the workers when the switch says so.
+-- A producer's transaction pays for every plan node and every plpgsql
+-- expression the call sets up (perf under 16 producers: executor start-up
+-- was the largest part of its cost), so the common case is two
+-- statements. First the INSERT, for an event with exactly one target,
+-- its payload inline (or the reference it was given). Anything else (no
+-- target, several, or one that has the event already) reads the targets
+-- again and, for several, writes the payload once to the store (schema
+-- 025). Then, for an id the producer chose, one look at the dedup
+-- window's keys and at whether the event has rows besides this call's: a
+-- statement of its own, after the INSERT, so that its snapshot includes a
+-- move to history that committed while the INSERT waited on the row
+-- being moved (READ COMMITTED; at REPEATABLE READ that instant can let a
+-- duplicate through: docs/operations/production.md). Rows besides this
+-- call's (another endpoint's, a concurrent call's) send the answer to
+-- the second lookup, which returns all the event's deliveries. An unknown
+-- application raises and inserts nothing; it is looked up only when
+-- nothing was targeted. Rows due now wake the workers when the switch
+-- says so.
 CREATE OR REPLACE FUNCTION dispatcher_enqueue_app(
     p_app text,
     p_event_type text,
@@ -90,7 +89,7 @@ DECLARE
     v_max_attempts int[];
     v_order_keys text[];
     v_wake text;
-    v_ids bigint[];
+    v_ids bigint[];  -- NULL while nothing is inserted
     v_dups bigint[];
     v_seen boolean;
     v_before boolean;
@@ -117,78 +116,78 @@ BEGIN
         v_tracestate := CASE WHEN v_traceparent IS NOT NULL AND length(tracestate) <= 512
                              THEN nullif(tracestate, '') END;
     END IF;
-    SELECT array_agg(e.id), array_agg(e.max_attempts),
-           array_agg(dispatcher_order_key(e.ordering, e.ordering_key, p_payload)),
-           (SELECT wake FROM dispatcher_settings)
-    INTO v_targets, v_max_attempts, v_order_keys, v_wake
-    FROM endpoints e
-    WHERE e.deleted_at IS NULL AND e.application_id = p_app AND e.kind = 'webhook'
-      AND CASE WHEN p_endpoint_id IS NULL
-               THEN e.enabled AND (e.event_types @> ARRAY[p_event_type] OR e.event_types @> '{*}')
-                    AND dispatcher_filter_passes(e.filter, p_payload)
-                    AND (e.channels IS NULL OR e.channels && v_channels)
-               ELSE e.id = p_endpoint_id END;
-    IF cardinality(v_targets) = 1 THEN
-        -- One row keeps its payload inline (or the reference it was given).
-        INSERT INTO webhook_live (endpoint_id, event_id, event_type, payload, max_attempts,
-                                  order_key, next_attempt_at, status, traceparent, tracestate,
-                                  payload_id, payload_at)
-        VALUES (v_targets[1], v_event_id, p_event_type,
-                CASE WHEN v_payload_id IS NULL THEN p_payload END, v_max_attempts[1],
-                v_order_keys[1], coalesce(v_deliver_at, now()),
-                CASE WHEN v_hold THEN 'held' ELSE 'pending' END, v_traceparent, v_tracestate,
-                v_payload_id, v_payload_at)
-        ON CONFLICT (endpoint_id, event_id) DO NOTHING
-        RETURNING ARRAY[id] INTO v_ids;
-    ELSIF cardinality(v_targets) > 1 THEN
-        WITH stored AS (
-            -- One copy per event (schema 025): a fan-out's rows reference
-            -- the payload store. Nothing is stored for a repeat of an event
-            -- a target already has (the rows new to it, if any, then keep
-            -- the payload inline: never without).
-            INSERT INTO event_payloads (body)
-            SELECT p_payload
-            WHERE v_payload_id IS NULL
-              AND NOT (p_event_id IS NOT NULL AND EXISTS (
-                    SELECT 1 FROM webhook_live q
-                    WHERE q.event_id = v_event_id AND q.endpoint_id = ANY (v_targets)))
-            RETURNING id, created_at
-        ), ref AS (
-            SELECT id, created_at FROM stored
-            UNION ALL
-            SELECT v_payload_id, v_payload_at
-            WHERE v_payload_id IS NOT NULL
-        ), ins AS (
-            INSERT INTO webhook_live (endpoint_id, event_id, event_type, payload, max_attempts,
-                                      order_key, next_attempt_at, status, traceparent,
-                                      tracestate, payload_id, payload_at)
-            SELECT t.id, v_event_id, p_event_type, CASE WHEN r.id IS NULL THEN p_payload END,
-                   t.max_attempts, t.order_key, coalesce(v_deliver_at, now()),
-                   CASE WHEN v_hold THEN 'held' ELSE 'pending' END, v_traceparent,
-                   v_tracestate, r.id, r.created_at
-            FROM unnest(v_targets, v_max_attempts, v_order_keys) AS t(id, max_attempts, order_key)
-            LEFT JOIN ref r ON true
-            ON CONFLICT (endpoint_id, event_id) DO NOTHING
-            RETURNING id
-        )
-        SELECT array_agg(id ORDER BY id) INTO v_ids FROM ins;
+    INSERT INTO webhook_live (endpoint_id, event_id, event_type, payload, max_attempts,
+                              order_key, next_attempt_at, status, traceparent, tracestate,
+                              payload_id, payload_at)
+    SELECT t.id, v_event_id, p_event_type, CASE WHEN v_payload_id IS NULL THEN p_payload END,
+           t.max_attempts, t.order_key, coalesce(v_deliver_at, now()),
+           CASE WHEN v_hold THEN 'held' ELSE 'pending' END, v_traceparent, v_tracestate,
+           v_payload_id, v_payload_at
+    FROM (SELECT t.*, count(*) OVER () AS n
+          FROM dispatcher_event_targets(p_app, p_event_type, p_payload, p_endpoint_id,
+                                        v_channels) t) t
+    WHERE t.n = 1
+    ON CONFLICT (endpoint_id, event_id) DO NOTHING
+    RETURNING ARRAY[id], ARRAY[endpoint_id], (SELECT wake FROM dispatcher_settings)
+    INTO v_ids, v_targets, v_wake;
+    IF v_ids IS NULL THEN
+        SELECT array_agg(t.id), array_agg(t.max_attempts), array_agg(t.order_key),
+               (SELECT wake FROM dispatcher_settings)
+        INTO v_targets, v_max_attempts, v_order_keys, v_wake
+        FROM dispatcher_event_targets(p_app, p_event_type, p_payload, p_endpoint_id,
+                                      v_channels) t;
+        IF cardinality(v_targets) > 1 THEN
+            WITH stored AS (
+                -- One copy per event: a fan-out's rows reference the store.
+                -- Nothing is stored for a repeat of an event a target has
+                -- already (the rows new to it, if any, then keep the
+                -- payload inline: never without).
+                INSERT INTO event_payloads (body)
+                SELECT p_payload
+                WHERE v_payload_id IS NULL
+                  AND NOT (p_event_id IS NOT NULL AND EXISTS (
+                        SELECT 1 FROM webhook_live q
+                        WHERE q.event_id = v_event_id AND q.endpoint_id = ANY (v_targets)))
+                RETURNING id, created_at
+            ), ref AS (
+                SELECT id, created_at FROM stored
+                UNION ALL
+                SELECT v_payload_id, v_payload_at WHERE v_payload_id IS NOT NULL
+            ), ins AS (
+                INSERT INTO webhook_live (endpoint_id, event_id, event_type, payload,
+                                          max_attempts, order_key, next_attempt_at, status,
+                                          traceparent, tracestate, payload_id, payload_at)
+                SELECT t.id, v_event_id, p_event_type,
+                       CASE WHEN r.id IS NULL THEN p_payload END, t.max_attempts, t.order_key,
+                       coalesce(v_deliver_at, now()),
+                       CASE WHEN v_hold THEN 'held' ELSE 'pending' END, v_traceparent,
+                       v_tracestate, r.id, r.created_at
+                FROM unnest(v_targets, v_max_attempts, v_order_keys)
+                     AS t(id, max_attempts, order_key)
+                LEFT JOIN ref r ON true
+                ON CONFLICT (endpoint_id, event_id) DO NOTHING
+                RETURNING id
+            )
+            SELECT array_agg(id ORDER BY id) INTO v_ids FROM ins;
+        END IF;
     END IF;
-    -- v_ids is NULL when nothing was inserted, from here on.
     -- A generated id cannot repeat. For the producer's own: the same event
     -- for the same endpoint, final within the dedup window (in history, out
     -- of reach of webhook_live's unique index), has the rows just inserted
     -- for it go again, unseen. One probe of the window's keys (schema 027,
-    -- history.sql) by event id; history itself is asked only while the keys
-    -- of what it held before 027 are being written, and the rows are looked
-    -- at only when a probe finds one. Rows of the event other than this
-    -- call's (of any application: a false alarm only costs the lookup)
-    -- mean it was sent before.
+    -- history.sql) for the event and its targets; history itself is asked
+    -- only while the keys of what it held before 027 are being written,
+    -- and the rows are looked at only when a probe finds one. Rows of the
+    -- event besides this call's (of any application: a false alarm only
+    -- costs the lookup) mean it was sent before.
     IF p_event_id IS NOT NULL THEN
         SELECT v_ids IS NOT NULL
                AND (EXISTS (SELECT 1 FROM dispatcher_dedup_keys_0 k
-                            WHERE k.event_id = v_event_id AND k.expires_at > now())
+                            WHERE k.event_id = v_event_id AND k.endpoint_id = ANY (v_targets)
+                              AND k.expires_at > now())
                     OR EXISTS (SELECT 1 FROM dispatcher_dedup_keys_1 k
-                               WHERE k.event_id = v_event_id AND k.expires_at > now())),
+                               WHERE k.event_id = v_event_id AND k.endpoint_id = ANY (v_targets)
+                                 AND k.expires_at > now())),
                EXISTS (SELECT 1 FROM webhook_live q
                        WHERE q.event_id = v_event_id AND q.id <> ALL (coalesce(v_ids, '{}')))
         INTO v_seen, v_before;
@@ -224,7 +223,7 @@ BEGIN
     -- later are found by the workers' poll once due, as in `probe` mode.
     -- dispatcher_wake_workers() inlined: a plpgsql call would cost a
     -- producer more than the read of the switch itself.
-    IF v_wake = 'notify' AND cardinality(v_ids) > 0 AND v_hold IS NOT TRUE
+    IF v_wake = 'notify' AND v_ids IS NOT NULL AND v_hold IS NOT TRUE
        AND coalesce(v_deliver_at, now()) <= now() THEN
         PERFORM pg_notify('dispatcher_due', '');
     END IF;

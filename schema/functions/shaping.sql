@@ -1,7 +1,8 @@
 -- What the fan-out reads of a payload for an endpoint's shaping settings
--- (schema 007: a filter decided at enqueue, FIFO per key). The enqueue
--- functions (queue.sql) call these per target endpoint; they look inside a
--- payload only for the endpoints that ask them to.
+-- (schema 007: a filter decided at enqueue, FIFO per key), and the
+-- endpoints an event targets. The enqueue functions (queue.sql) call these
+-- per target endpoint; they look inside a payload only for the endpoints
+-- that ask them to.
 --
 -- Functions here are defined once and edited in place: `dispatcher
 -- migrate` re-applies this file when its text changes (CONTRIBUTING.md,
@@ -33,4 +34,25 @@ $$;
 CREATE OR REPLACE FUNCTION dispatcher_filter_passes(p_filter jsonb, p_payload json)
 RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
     SELECT p_filter IS NULL OR coalesce(dispatcher_payload_doc(p_payload) @> p_filter, false)
+$$;
+
+-- An event's targets in its application: live endpoints of kind 'webhook'
+-- (a producer's events never reach an ops webhook, by subscription or by
+-- id), enabled and subscribed to the type, whose filter lets the payload
+-- through and whose channels, if any, share one with p_channels; or only
+-- p_endpoint_id, which is sent the event as asked. One SQL query that
+-- PostgreSQL inlines into the statement that reads it (dispatcher_enqueue_app,
+-- queue.sql, reads it twice).
+CREATE OR REPLACE FUNCTION dispatcher_event_targets(
+    p_app text, p_event_type text, p_payload json, p_endpoint_id bigint, p_channels text[]
+) RETURNS TABLE (id bigint, max_attempts int, order_key text)
+LANGUAGE sql STABLE AS $$
+    SELECT e.id, e.max_attempts, dispatcher_order_key(e.ordering, e.ordering_key, p_payload)
+    FROM endpoints e
+    WHERE e.deleted_at IS NULL AND e.application_id = p_app AND e.kind = 'webhook'
+      AND CASE WHEN p_endpoint_id IS NULL
+               THEN e.enabled AND (e.event_types @> ARRAY[p_event_type] OR e.event_types @> '{*}')
+                    AND dispatcher_filter_passes(e.filter, p_payload)
+                    AND (e.channels IS NULL OR e.channels && p_channels)
+               ELSE e.id = p_endpoint_id END
 $$;
