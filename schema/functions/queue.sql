@@ -136,7 +136,9 @@ BEGIN
         INTO v_targets, v_max_attempts, v_order_keys, v_wake
         FROM dispatcher_event_targets(p_app, p_event_type, p_payload, p_endpoint_id,
                                       v_channels) t;
-        IF cardinality(v_targets) > 1 THEN
+        -- Any target: the endpoints may have changed since the INSERT's
+        -- snapshot (one of two disabled meanwhile leaves one to send to).
+        IF v_targets IS NOT NULL THEN
             WITH stored AS (
                 -- One copy per event: a fan-out's rows reference the store.
                 -- Nothing is stored for a repeat of an event a target has
@@ -144,7 +146,7 @@ BEGIN
                 -- payload inline: never without).
                 INSERT INTO event_payloads (body)
                 SELECT p_payload
-                WHERE v_payload_id IS NULL
+                WHERE v_payload_id IS NULL AND cardinality(v_targets) > 1
                   AND NOT (p_event_id IS NOT NULL AND EXISTS (
                         SELECT 1 FROM webhook_live q
                         WHERE q.event_id = v_event_id AND q.endpoint_id = ANY (v_targets)))
@@ -178,8 +180,9 @@ BEGIN
     -- history.sql) for the event and its targets; history itself is asked
     -- only while the keys of what it held before 027 are being written,
     -- and the rows are looked at only when a probe finds one. Rows of the
-    -- event besides this call's (of any application: a false alarm only
-    -- costs the lookup) mean it was sent before.
+    -- event besides this call's, of this application's webhooks, mean it
+    -- was sent before: asked first of any application's rows (no join),
+    -- and of this one's only when there are some.
     IF p_event_id IS NOT NULL THEN
         SELECT v_ids IS NOT NULL
                AND (EXISTS (SELECT 1 FROM dispatcher_dedup_keys_0 k
@@ -191,6 +194,13 @@ BEGIN
                EXISTS (SELECT 1 FROM webhook_live q
                        WHERE q.event_id = v_event_id AND q.id <> ALL (coalesce(v_ids, '{}')))
         INTO v_seen, v_before;
+        IF v_before THEN
+            v_before := EXISTS (SELECT 1 FROM webhook_live q
+                                JOIN endpoints o ON o.id = q.endpoint_id
+                                WHERE q.event_id = v_event_id
+                                  AND q.id <> ALL (coalesce(v_ids, '{}'))
+                                  AND o.application_id = p_app AND o.kind = 'webhook');
+        END IF;
         -- Whether the keys are complete is remembered by the session once
         -- they are (they never stop being): no read of the flag then.
         IF v_seen OR (v_ids IS NOT NULL AND current_setting('dispatcher.dedup_keys_complete', true)
