@@ -54,8 +54,8 @@ END $$;
 -- statements. First the INSERT, for an event with exactly one target,
 -- its payload inline (or the reference it was given). Anything else (no
 -- target, several, or one that has the event already) reads the targets
--- again and, for several, writes the payload once to the store (schema
--- 025). Then, for an id the producer chose, one look at the dedup
+-- again and inserts for them in one statement, with the payload written
+-- once to the store for several (schema 025). Then, for an id the producer chose, one look at the dedup
 -- window's keys and at whether the event has rows besides this call's: a
 -- statement of its own, after the INSERT, so that its snapshot includes a
 -- move to history that committed while the INSERT waited on the row
@@ -86,8 +86,6 @@ DECLARE
     v_traceparent text;
     v_tracestate text;
     v_targets bigint[];
-    v_max_attempts int[];
-    v_order_keys text[];
     v_wake text;
     v_ids bigint[];  -- NULL while nothing is inserted
     v_dups bigint[];
@@ -131,47 +129,43 @@ BEGIN
     RETURNING ARRAY[id], ARRAY[endpoint_id], (SELECT wake FROM dispatcher_settings)
     INTO v_ids, v_targets, v_wake;
     IF v_ids IS NULL THEN
-        SELECT array_agg(t.id), array_agg(t.max_attempts), array_agg(t.order_key),
+        -- The targets read again, in this statement's snapshot: the
+        -- endpoints may have changed since the INSERT's (one of two
+        -- disabled meanwhile leaves one to send to).
+        WITH target AS MATERIALIZED (
+            SELECT * FROM dispatcher_event_targets(p_app, p_event_type, p_payload,
+                                                   p_endpoint_id, v_channels)
+        ), stored AS (
+            -- One copy per event: a fan-out's rows reference the store.
+            -- Nothing is stored for a repeat of an event a target has
+            -- already (the rows new to it, if any, then keep the payload
+            -- inline: never without).
+            INSERT INTO event_payloads (body)
+            SELECT p_payload
+            WHERE v_payload_id IS NULL AND (SELECT count(*) FROM target) > 1
+              AND NOT (p_event_id IS NOT NULL AND EXISTS (
+                    SELECT 1 FROM webhook_live q JOIN target t ON t.id = q.endpoint_id
+                    WHERE q.event_id = v_event_id))
+            RETURNING id, created_at
+        ), ref AS (
+            SELECT id, created_at FROM stored
+            UNION ALL
+            SELECT v_payload_id, v_payload_at WHERE v_payload_id IS NOT NULL
+        ), ins AS (
+            INSERT INTO webhook_live (endpoint_id, event_id, event_type, payload, max_attempts,
+                                      order_key, next_attempt_at, status, traceparent,
+                                      tracestate, payload_id, payload_at)
+            SELECT t.id, v_event_id, p_event_type, CASE WHEN r.id IS NULL THEN p_payload END,
+                   t.max_attempts, t.order_key, coalesce(v_deliver_at, now()),
+                   CASE WHEN v_hold THEN 'held' ELSE 'pending' END, v_traceparent,
+                   v_tracestate, r.id, r.created_at
+            FROM target t LEFT JOIN ref r ON true
+            ON CONFLICT (endpoint_id, event_id) DO NOTHING
+            RETURNING id
+        )
+        SELECT (SELECT array_agg(id) FROM target), (SELECT array_agg(id ORDER BY id) FROM ins),
                (SELECT wake FROM dispatcher_settings)
-        INTO v_targets, v_max_attempts, v_order_keys, v_wake
-        FROM dispatcher_event_targets(p_app, p_event_type, p_payload, p_endpoint_id,
-                                      v_channels) t;
-        -- Any target: the endpoints may have changed since the INSERT's
-        -- snapshot (one of two disabled meanwhile leaves one to send to).
-        IF v_targets IS NOT NULL THEN
-            WITH stored AS (
-                -- One copy per event: a fan-out's rows reference the store.
-                -- Nothing is stored for a repeat of an event a target has
-                -- already (the rows new to it, if any, then keep the
-                -- payload inline: never without).
-                INSERT INTO event_payloads (body)
-                SELECT p_payload
-                WHERE v_payload_id IS NULL AND cardinality(v_targets) > 1
-                  AND NOT (p_event_id IS NOT NULL AND EXISTS (
-                        SELECT 1 FROM webhook_live q
-                        WHERE q.event_id = v_event_id AND q.endpoint_id = ANY (v_targets)))
-                RETURNING id, created_at
-            ), ref AS (
-                SELECT id, created_at FROM stored
-                UNION ALL
-                SELECT v_payload_id, v_payload_at WHERE v_payload_id IS NOT NULL
-            ), ins AS (
-                INSERT INTO webhook_live (endpoint_id, event_id, event_type, payload,
-                                          max_attempts, order_key, next_attempt_at, status,
-                                          traceparent, tracestate, payload_id, payload_at)
-                SELECT t.id, v_event_id, p_event_type,
-                       CASE WHEN r.id IS NULL THEN p_payload END, t.max_attempts, t.order_key,
-                       coalesce(v_deliver_at, now()),
-                       CASE WHEN v_hold THEN 'held' ELSE 'pending' END, v_traceparent,
-                       v_tracestate, r.id, r.created_at
-                FROM unnest(v_targets, v_max_attempts, v_order_keys)
-                     AS t(id, max_attempts, order_key)
-                LEFT JOIN ref r ON true
-                ON CONFLICT (endpoint_id, event_id) DO NOTHING
-                RETURNING id
-            )
-            SELECT array_agg(id ORDER BY id) INTO v_ids FROM ins;
-        END IF;
+        INTO v_targets, v_ids, v_wake;
     END IF;
     -- A generated id cannot repeat. For the producer's own: the same event
     -- for the same endpoint, final within the dedup window (in history, out
