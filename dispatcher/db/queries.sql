@@ -408,8 +408,7 @@ SELECT CASE WHEN $5::text IS NULL
 -- enqueue_one held or for later: the application is the caller's, or the
 -- endpoint's, or the default (as dispatcher_enqueue decides it).
 SELECT dispatcher_enqueue_app(
-    coalesce($5::text, (SELECT application_id FROM endpoints
-                        WHERE id = $4 AND deleted_at IS NULL), 'default'),
+    coalesce($5::text, dispatcher_endpoint_app($4), 'default'),
     $1, $2::json, $3, $4,
     deliver_at => coalesce($6::timestamptz, now() + make_interval(secs => $7::float8)),
     hold => $8, traceparent => $9::text, tracestate => $10::text);
@@ -1128,8 +1127,7 @@ WHERE application_id = $1 AND deleted_at IS NULL
 -- application), and nothing was written. Refused: the seconds until enough
 -- tokens, as of this statement's snapshot (advice, not a promise).
 WITH app AS (
-    SELECT coalesce($1::text, (SELECT application_id FROM endpoints
-                               WHERE id = $3::bigint AND deleted_at IS NULL), 'default') AS id
+    SELECT coalesce($1::text, dispatcher_endpoint_app($3::bigint), 'default') AS id
 ), took AS (
     UPDATE applications
     SET event_tokens = dispatcher_bucket_level(event_tokens, event_tokens_at, max_events_per_s)
@@ -1477,8 +1475,7 @@ SELECT application_id AS app, updated_at, archived_at IS NOT NULL AS archived,
 FROM event_types
 WHERE name = $1
   AND (application_id IS NULL
-       OR application_id = coalesce($2, (SELECT application_id FROM endpoints
-                                         WHERE id = $3 AND deleted_at IS NULL), 'default'))
+       OR application_id = coalesce($2, dispatcher_endpoint_app($3), 'default'))
 ORDER BY application_id NULLS LAST
 LIMIT 1;
 -- ---------------------------------------------------------------- operational webhooks
