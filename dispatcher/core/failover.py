@@ -57,13 +57,23 @@ def worth_keeping(o: Outcome) -> bool:
     return o.attempt >= 0 and (o.spent_attempt or o.status is not Status.PENDING)
 
 
+# An outcome's fields up to its record and timings, its last two: kept
+# outcomes are built from them, not by _replace, which is a Python loop
+# over every field, for each outcome of every flush.
+_WITHOUT_RECORD = Outcome._fields.index("detail")
+_NO_RECORD = (None, None)
+assert Outcome._fields[_WITHOUT_RECORD:] == ("detail", "timing")
+
+
 def kept(outcomes: Iterable[Outcome]) -> tuple[Outcome, ...]:
     """The outcomes worth keeping, without what the rewrite never writes:
     the attempt's record (its headers and the start of its body) and its
     timings. Kept, they made 100,000 outcomes 420 MB of the worker's RSS
     (measured: 494 MB peak on the fast drain against 75 MB without them)."""
     return tuple(
-        o if o.detail is None and o.timing is None else o._replace(detail=None, timing=None)
+        o
+        if o.detail is None and o.timing is None
+        else Outcome._make(o[:_WITHOUT_RECORD] + _NO_RECORD)
         for o in outcomes
         if worth_keeping(o)
     )

@@ -124,9 +124,11 @@ class Delivery:
 Timing = tuple[float | None, float | None, float | None, float]
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(kw_only=True, slots=True)
 class AttemptResult:
-    """What the sender saw on the wire for one attempt."""
+    """What the sender saw on the wire for one attempt. Not frozen, though
+    nothing changes one: a frozen dataclass sets each field through
+    object.__setattr__, and one is built per attempt (2.6 µs against 0.75)."""
 
     verdict: Verdict
     status_code: int | None

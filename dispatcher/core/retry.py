@@ -68,6 +68,11 @@ class RetryDecision:
     delay_s: float  # meaningful when status is FAILED
 
 
+# The final decisions, made once: decide() runs for every attempt.
+DELIVERED = RetryDecision(status=Status.DELIVERED, delay_s=0.0)
+DEAD = RetryDecision(status=Status.DEAD_LETTER, delay_s=0.0)
+
+
 def decide(
     *,
     verdict: Verdict,
@@ -84,9 +89,9 @@ def decide(
     window by it. Retry-After is a floor: we never come back sooner.
     """
     if verdict is Verdict.SUCCESS:
-        return RetryDecision(status=Status.DELIVERED, delay_s=0.0)
+        return DELIVERED
     if verdict is Verdict.PERMANENT or attempts_made >= max_attempts:
-        return RetryDecision(status=Status.DEAD_LETTER, delay_s=0.0)
+        return DEAD
     delay = jitter * backoff_ceiling_s(attempts_made, base_s, cap_s)
     if retry_after_s is not None:
         delay = max(delay, min(retry_after_s, MAX_RETRY_AFTER_S))

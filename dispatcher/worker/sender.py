@@ -16,6 +16,7 @@ import contextlib
 import socket
 import ssl
 import time
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -215,24 +216,33 @@ class Sender:
             app=endpoint.app,
         )
 
-    async def post(
+    def post(
         self,
         wire: EndpointWire,
         d: Delivery,
         doc: Any = None,
         shown: list[Any] | None = None,
         breaker: str | None = None,
-    ) -> AttemptResult:
-        """One attempt of `d`. `doc`: the payload as data (wire.prepare),
-        needed when the wire is shaped (URL macros, form body). `shown`
-        (a test shot, never the queue): gets the method, the URL sent and
-        the start of the answer's body, to show a person once. `breaker`:
-        the endpoint's breaker state it was admitted under, for the span."""
+    ) -> Coroutine[Any, Any, AttemptResult]:
+        """One attempt of `d`, to await. `doc`: the payload as data
+        (wire.prepare), needed when the wire is shaped (URL macros, form
+        body). `shown` (a test shot, never the queue): gets the method, the
+        URL sent and the start of the answer's body, to show a person once.
+        `breaker`: the endpoint's breaker state it was admitted under, for
+        the span. Untraced, the attempt's own coroutine: no frame of its own
+        between the row's and the request's, which every resume of the
+        request would pass through."""
         if self.tracing is None or shown is not None:
-            return await self._post(wire, d, doc, shown, None)
+            return self._post(wire, d, doc, shown, None)
+        return self._traced(wire, d, doc, breaker)
+
+    async def _traced(
+        self, wire: EndpointWire, d: Delivery, doc: Any, breaker: str | None
+    ) -> AttemptResult:
+        assert self.tracing is not None
         span, parent = self.tracing.start(d, wire, breaker)
         try:
-            result = await self._post(wire, d, doc, shown, parent)
+            result = await self._post(wire, d, doc, None, parent)
         except BaseException:
             self.tracing.end(span, None)
             raise
