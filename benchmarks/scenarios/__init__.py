@@ -1,8 +1,9 @@
 """The scenarios, each a module on top of the shared machinery (bench.py,
 phases.py): `RUNNERS` maps the names `dispatcher bench` accepts, in the order
 `all` runs them, to their runners. `cluster` (root, Patroni and etcd: it
-builds its own hosts and database cluster) and `history` (minutes of filling
-first) are named alone, never by `all`."""
+builds its own hosts and database cluster), `history` (minutes of filling
+first) and `instructions` (the worker under valgrind) are named alone, never
+by `all`."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from .filters import run_filters
 from .held import run_held
 from .history import run_history
 from .https import run_https
+from .instructions import run_instructions
 from .internet import run_internet
 from .jobqueue import run_jobqueue
 from .many import run_many
@@ -48,12 +50,14 @@ RUNNERS: dict[str, Runner] = {
     "jobqueue": run_jobqueue,
     "held": run_held,
     "history": run_history,
+    "instructions": run_instructions,
     "cluster": run_cluster,
 }
 # Scenarios that bring their own database (and need root): `all` skips
 # them and the harness does not resolve DATABASE_URL for them.
 OWN_DATABASE = frozenset({"cluster"})
-# Named alone too: `history` fills ten million rows of each kind first.
-NOT_IN_ALL = OWN_DATABASE | {"history"}
+# Named alone too: `history` fills ten million rows of each kind first;
+# `instructions` runs the worker under callgrind.
+NOT_IN_ALL = OWN_DATABASE | {"history", "instructions"}
 
 __all__ = ["NOT_IN_ALL", "OWN_DATABASE", "RUNNERS"]

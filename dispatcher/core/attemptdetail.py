@@ -126,6 +126,8 @@ def excerpt(body: bytes) -> str:
     """The first EXCERPT_BYTES of a body as text, at most EXCERPT_BYTES
     once stored (bytes that are not UTF-8 replaced, which can triple them;
     a character cut at the edge dropped)."""
+    if not body:
+        return ""  # most answers to a webhook: nothing to decode
     text = storable(body[:EXCERPT_BYTES].decode("utf-8", errors="replace"))
     raw = text.encode()
     return text if len(raw) <= EXCERPT_BYTES else raw[:EXCERPT_BYTES].decode(errors="ignore")

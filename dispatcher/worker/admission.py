@@ -97,13 +97,14 @@ class Admits(Protocol):
 
 
 class Admission:
-    """`async with gate.admit(d, stopping)`: holds one of the endpoint's
-    in-flight places while the row is sent, after a token of its bucket;
-    `as` gives whether the row may go now (not paused, its breaker admits
-    it, the worker is not stopping, a place came free in time). Admitted,
-    the row is marked started and takes its place in the send order. A
-    class, not a generator-based context manager: one is made per delivery,
-    on the hot path."""
+    """One row's turn at its endpoint's in-flight places: `now()`, else
+    `await wait()`, then `leave()` once the row is sent; or `async with
+    gate.admit(d, stopping) as admitted`, which does the same. Admitted
+    (True), the row holds a place, has had a token of the bucket, passed
+    the last look (not paused, its breaker admits it, the worker is not
+    stopping), and is marked started in the send order. A class, not a
+    generator-based context manager: one is made per delivery, on the hot
+    path, where `now()` also spares the two coroutines `async with` makes."""
 
     __slots__ = ("_d", "_gate", "_placed", "_stopping")
 
@@ -113,7 +114,22 @@ class Admission:
         self._stopping = stopping
         self._placed = False
 
-    async def __aenter__(self) -> bool:
+    def now(self) -> bool | None:
+        """The turn without waiting: whether the row may go, when a place is
+        free and no token is to be taken. None, with nothing taken, when it
+        has to `wait`."""
+        gate = self._gate
+        if gate.waiting or gate.sending >= gate.places():
+            return None
+        if gate.limiter is not None and gate.sendable():
+            return None
+        gate.sending += 1
+        self._placed = True
+        return self._last_look()
+
+    async def wait(self) -> bool:
+        """The turn: a place (in order), then a token. Cancelled, it leaves
+        the place it got."""
         gate = self._gate
         if gate.sending < gate.places() and not gate.waiting:
             gate.sending += 1
@@ -124,22 +140,31 @@ class Admission:
             if gate.limiter is not None and gate.sendable():
                 await gate.limiter.acquire()
         except BaseException:
-            self._leave()
+            self.leave()
             raise
+        return self._last_look()
+
+    def _last_look(self) -> bool:
+        gate = self._gate
         if self._stopping() or not gate.sendable() or gate.paused_for() > 0:
             return False
         self._d.started = True
         self._d.seq = gate.order.sent(time.monotonic())
         return True
 
-    async def __aexit__(self, *_: object) -> None:
-        self._leave()
-
-    def _leave(self) -> None:
+    def leave(self) -> None:
+        """The place given back, if one was taken (call it in a `finally`)."""
         if self._placed:
             self._placed = False
             self._gate.sending -= 1
             self._gate.place_freed()
+
+    async def __aenter__(self) -> bool:
+        admitted = self.now()
+        return await self.wait() if admitted is None else admitted
+
+    async def __aexit__(self, *_: object) -> None:
+        self.leave()
 
 
 def _handed_over(fut: asyncio.Future[bool]) -> bool:

@@ -37,7 +37,11 @@ async def deliver(
     doc, unusable = gate.wire.prepare(d.body)
     if unusable is not None:
         return Outcome.unsendable(d, unusable), None
-    async with gate.admit(d, stopping) as admitted:
+    admission = gate.admit(d, stopping)
+    admitted = admission.now()
+    if admitted is None:
+        admitted = await admission.wait()
+    try:
         if not admitted:
             return Outcome.handed_back(d, gate.paused_for()), None
         try:
@@ -47,6 +51,8 @@ async def deliver(
             # failed (bounded by max_attempts), never a row handed back
             # to be claimed again at once, forever.
             result = _crashed(exc)
+    finally:
+        admission.leave()
     return _decided(gate, d, result, draw()), result
 
 
