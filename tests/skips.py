@@ -22,6 +22,7 @@ NEEDS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("node", ("node", "npm"), ("nodejs", "npm")),
     ("patroni", ("patroni", "etcd", "iptables"), ("patroni", "etcd-server", "iptables")),
     ("postgresql server binaries", ("initdb",), ("postgresql",)),
+    ("valgrind", ("valgrind",), ("valgrind",)),
 )
 
 

@@ -1,0 +1,36 @@
+"""A smoke run of the instructions scenario: both callgrind passes drain
+every event, and the count per delivery comes from their difference.
+What the count is is never asserted here (it is a measurement)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+from tests.helpers import cli_env
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("valgrind") is None, reason="valgrind is not installed (.ci/run installs it)"
+)
+
+
+async def test_bench_instructions_smoke(server_url: str) -> None:
+    env = cli_env(server_url)
+    env.pop("DISPATCHER_ALLOW_PRIVATE_TARGETS")  # the harness sets it for its own processes
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "dispatcher", "bench", "instructions", "--smoke", "--json",
+        "--events", "100",
+        env=env, cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 600)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    doc = json.loads(out)
+    assert doc["scenario"] == "instructions" and doc["ok"] and not doc["problems"]
+    passes = {int(n): c for n, c in doc["instructions"]["passes"].items()}
+    assert sorted(passes) == [20, 100]
+    assert doc["instructions"]["per_delivery"] == round((passes[100] - passes[20]) / 80)
