@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import ctypes
 import functools
+import itertools
 import json
 import os
 import signal
@@ -36,6 +37,11 @@ def dispatcher_argv(*args: str) -> list[str]:
     if script.exists():
         return [str(script), *args]
     return [sys.executable, "-m", "dispatcher", *args]
+
+
+def _runs_our_module(argv: Sequence[str]) -> bool:
+    """`python -m benchmarks...`, however it is started (under valgrind too)."""
+    return any(a == "-m" and b.startswith("benchmarks") for a, b in itertools.pairwise(argv))
 
 
 def last_line(text: str) -> str:
@@ -98,7 +104,7 @@ class Children:
                 stdout=subprocess.PIPE if stdout_pipe else out_f,
                 stderr=err_f,
                 env=self.env,
-                cwd=REPO_ROOT if "benchmarks" in " ".join(argv[1:3]) else self.workdir,
+                cwd=REPO_ROOT if _runs_our_module(argv) else self.workdir,
                 preexec_fn=_set_pdeathsig if sys.platform == "linux" else None,
             )
         self.live[proc.pid] = proc

@@ -7,8 +7,10 @@ on a receiver that answers at once: N/5 events, then N, each drained by
 executes, which no neighbour on the host changes (a timed run here moves
 ±10 % between runs). The difference between the passes over the
 difference in events is what one more delivery costs, without the
-start-up and shutdown both pay. The kernel's share (the sockets) is not in
-it: `fast` times that.
+start-up and shutdown both pay. The bare client (`benchmarks.rawclient`,
+the raw ceiling's, at concurrency 256) is counted the same way, per
+request, against the same receiver. The kernel's share (the sockets) is
+in neither: `fast` times that.
 
 Needs valgrind (`apt-get install valgrind`); callgrind runs the worker
 about 50 times slower, some 10 s per thousand events on 2 cores.
@@ -18,13 +20,16 @@ from __future__ import annotations
 
 import re
 import shutil
+import sys
 from typing import Any
 
 from ..bench import Bench, EndpointDef, Options, run_argv, scenario
 from ..errors import BenchError
 from ..processes import dispatcher_argv
+from ..receiver_control import Receiver
 
 WINDOW = 256
+CALLGRIND = ("--tool=callgrind", "--callgrind-out-file=/dev/null")
 _COLLECTED = re.compile(r"Collected : (\d+)")
 
 
@@ -46,24 +51,40 @@ async def run_instructions(bench: Bench, opts: Options) -> dict[str, Any]:
         await bench.fresh_db()
         await bench.add_endpoints(eps)
         await bench.enqueue([(eps[0], n)], addressed=False)
-        before = (await rcv.stats())["count"]
         argv = dispatcher_argv(*run_argv(opts, WINDOW))
-        result = await bench.children.run(
-            [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
-            name=f"callgrind-{n}",
-        )
-        posted = (await rcv.stats())["count"] - before
-        found = _COLLECTED.findall(result.stderr)
-        if posted != n or not found:
-            raise BenchError(f"callgrind pass of {n:,} events: {posted:,} posted, count {found}")
-        counted[n] = int(found[-1])
+        counted[n] = await _count(bench, rcv, [valgrind, *CALLGRIND, *argv], n, "dispatcher")
+    bare: dict[int, int] = {}
+    for n in (small, events):
+        argv = [sys.executable, "-m", "benchmarks.rawclient", "--url", rcv.url_for("/hook"),
+                "--requests", str(n), "--concurrency", str(WINDOW), "--secret", eps[0].secret,
+                "--id-prefix", f"bare{n}_"]  # fmt: skip
+        bare[n] = await _count(bench, rcv, [valgrind, *CALLGRIND, *argv], n, "bare")
     per_delivery = (counted[events] - counted[small]) / (events - small)
+    per_request = (bare[events] - bare[small]) / (events - small)
     bench.report["instructions"] = {
         "per_delivery": round(per_delivery),
+        "bare_per_request": round(per_request),
+        "ratio": round(per_delivery / per_request, 3),
         "passes": {str(n): c for n, c in counted.items()},
+        "bare_passes": {str(n): c for n, c in bare.items()},
     }
     rows = [
         ["instructions / delivery", f"{per_delivery:,.0f}"],
-        *([f"  pass of {n:,} events", f"{c:,}"] for n, c in counted.items()),
+        ["bare client instructions / request", f"{per_request:,.0f}"],
+        ["dispatcher / bare", f"{per_delivery / per_request:.2f}"],
+        *([f"  dispatcher pass of {n:,} events", f"{c:,}"] for n, c in counted.items()),
+        *([f"  bare client pass of {n:,} requests", f"{c:,}"] for n, c in bare.items()),
     ]
     return bench.finish(rows, [])
+
+
+async def _count(bench: Bench, rcv: Receiver, argv: list[str], n: int, who: str) -> int:
+    """Runs argv (a program under callgrind that POSTs n times); the
+    instructions callgrind counted."""
+    before = (await rcv.stats())["count"]
+    result = await bench.children.run(argv, name=f"callgrind-{who}-{n}")
+    posted = (await rcv.stats())["count"] - before
+    found = _COLLECTED.findall(result.stderr)
+    if posted != n or not found:
+        raise BenchError(f"callgrind pass of the {who}, {n:,}: {posted:,} posted, count {found}")
+    return int(found[-1])

@@ -37,10 +37,12 @@ SET status = 'in_flight',
 FROM picked
 WHERE w.id = picked.id
 -- The payload inline, else the event's one copy (schema 025): only fan-out
--- rows pay the lookup, in one day of event_payloads.
+-- rows pay the lookup, in one day of event_payloads. As UTF-8 bytes, which
+-- are what is sent: text would be decoded into a str only to be encoded.
 RETURNING w.id, w.endpoint_id, w.event_id,
-          coalesce(w.payload, (SELECT p.body FROM event_payloads p
-                               WHERE p.id = w.payload_id AND p.created_at = w.payload_at))::text
+          convert_to(coalesce(w.payload, (SELECT p.body FROM event_payloads p
+                                          WHERE p.id = w.payload_id
+                                            AND p.created_at = w.payload_at))::text, 'UTF8')
               AS payload,
           w.attempt_count, w.max_attempts, w.event_type, w.traceparent, w.tracestate;
 

@@ -151,7 +151,7 @@ async def claim(
             endpoint_id=r[1],
             event_id=r[2],
             # NULL: erased while the row was on the wire (schema 022).
-            body=b"" if r[3] is None else r[3].encode(),
+            body=b"" if r[3] is None else r[3],
             erased=r[3] is None,
             attempt_count=r[4],
             max_attempts=r[5],

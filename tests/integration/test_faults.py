@@ -112,11 +112,18 @@ async def test_database_outage_mid_run_then_sigterm(
     proc = await worker(proxy.url, "--max-in-flight", "100")
     try:
         await until_received(receiver, 300)
-        outage = asyncio.create_task(proxy.outage(12.0))
-        await asyncio.sleep(11.0)
+        outage = asyncio.create_task(proxy.outage(14.0))
+        await asyncio.sleep(10.5)
         # Seen from the database during the outage: a worker gone silent,
-        # its rows still in flight (the `health` command shows it).
+        # its rows still in flight (the `health` command shows it). Silent
+        # is 10 s after its last heartbeat, which a loaded server may have
+        # run a moment after the cut: asked until 13.5 s into the outage.
         during = await catalog.health_summary(conn)
+        for _ in range(30):
+            if during.workers_silent == 1:
+                break
+            await asyncio.sleep(0.1)
+            during = await catalog.health_summary(conn)
         assert during.workers_silent == 1 and during.workers_live == 0, during
         await outage
         await _until(conn, N)
