@@ -39,7 +39,8 @@ format: install
 # runs it, on TEST_WORKERS parallel workers (pytest-xdist; 0 runs them in
 # one process) against DATABASE_URL's server when set, else one embedded
 # PostgreSQL in a temporary folder that is removed afterwards. Tests marked
-# `serial` (latency asserted under load of their own) run after, alone.
+# `serial` (latency asserted under load of their own, or load that would slow
+# the others) run after, alone.
 TEST_WORKERS ?= 6
 
 # Bytecode written ahead: where PYTHONDONTWRITEBYTECODE is set (these
