@@ -22,7 +22,6 @@ NEEDS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("node", ("node", "npm"), ("nodejs", "npm")),
     ("patroni", ("patroni", "etcd", "iptables"), ("patroni", "etcd-server", "iptables")),
     ("postgresql server binaries", ("initdb",), ("postgresql",)),
-    ("valgrind", ("valgrind",), ("valgrind",)),
 )
 
 
