@@ -31,13 +31,18 @@ class Places:
     (`sending`) and the rows waiting for one, in order. How many there are
     is the subclass's `places()`."""
 
-    __slots__ = ("sending", "waiting")
+    __slots__ = ("_expiry", "sending", "waiting")
 
     def __init__(self) -> None:
         # Rows holding an in-flight place (see places()), and rows claimed
-        # ahead waiting for one, first come first served.
+        # ahead waiting for one, first come first served, each with the
+        # loop time its wait ends. Every row waits PLACE_WAIT_S, so those
+        # times rise along the queue: one timer, `_expiry`, set for the
+        # first of them, serves the whole queue (not one per row: a heap
+        # push and a cancel for each row that waits).
         self.sending = 0
-        self.waiting: collections.deque[asyncio.Future[bool]] = collections.deque()
+        self.waiting: collections.deque[tuple[float, asyncio.Future[bool]]] = collections.deque()
+        self._expiry: asyncio.TimerHandle | None = None
 
     def places(self) -> int:
         raise NotImplementedError
@@ -51,8 +56,10 @@ class Places:
         would then go out.)"""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[bool] = loop.create_future()
-        self.waiting.append(fut)
-        timer = loop.call_later(PLACE_WAIT_S, _expire, fut)
+        entry = (loop.time() + PLACE_WAIT_S, fut)
+        self.waiting.append(entry)
+        if self._expiry is None:
+            self._expiry = loop.call_at(entry[0], self._expire_due, loop)
         try:
             return await fut
         except BaseException:
@@ -61,21 +68,29 @@ class Places:
                 self.place_freed()
             raise
         finally:
-            timer.cancel()
-            # place_freed popped a future it handed a place to; one that
-            # expired or was cancelled is queued still, unless place_freed
-            # skipped past it. (Not a remove() on every wait: a scan of the
-            # queue and a ValueError per row handed its place.)
-            if not _handed_over(fut):
+            # place_freed and _expire_due take out the rows they answer; a
+            # cancelled one is queued still, unless either skipped past it.
+            if fut.cancelled():
                 with contextlib.suppress(ValueError):
-                    self.waiting.remove(fut)
+                    self.waiting.remove(entry)
+
+    def _expire_due(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The queue's timer: the rows whose wait is over go back; set again
+        for the next row's end, if any waits."""
+        now = loop.time()
+        waiting = self.waiting
+        while waiting and waiting[0][0] <= now:
+            _, fut = waiting.popleft()
+            if not fut.done():
+                fut.set_result(False)
+        self._expiry = loop.call_at(waiting[0][0], self._expire_due, loop) if waiting else None
 
     def place_freed(self) -> None:
         """Hands free places to the rows waiting, in order. Counted here, as
         the place changes hands, so that no row arriving before the woken
         one resumes can take it too."""
         while self.waiting and self.sending < self.places():
-            fut = self.waiting.popleft()
+            _, fut = self.waiting.popleft()
             if not fut.done():
                 self.sending += 1
                 fut.set_result(True)
@@ -85,7 +100,7 @@ class Admits(Protocol):
     """What an admission asks of its gate (gate.Gate is one)."""
 
     sending: int
-    waiting: collections.deque[asyncio.Future[bool]]
+    waiting: collections.deque[tuple[float, asyncio.Future[bool]]]
     limiter: Bucket | None
     order: SendOrder
 
@@ -169,8 +184,3 @@ class Admission:
 
 def _handed_over(fut: asyncio.Future[bool]) -> bool:
     return fut.done() and not fut.cancelled() and fut.result()
-
-
-def _expire(fut: asyncio.Future[bool]) -> None:
-    if not fut.done():
-        fut.set_result(False)

@@ -8,6 +8,7 @@ import time
 from dataclasses import replace
 from random import Random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -175,6 +176,42 @@ async def test_a_row_claimed_ahead_goes_back_when_no_place_frees() -> None:
     hold.set()
     await t
     assert g.sending == 0
+
+
+async def test_each_waiting_row_waits_its_own_time_on_the_queues_one_timer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rows that came later go back later, never sooner than their own
+    wait; a cancelled one leaves the queue; a place freed meanwhile goes
+    to the first still waiting."""
+    monkeypatch.setattr(admission, "PLACE_WAIT_S", 0.3)
+    g = _learned(_gate(max_in_flight=1), 200.0)
+    first = g.admit(_delivery(0), lambda: False)
+    assert await first.__aenter__()
+    loop = asyncio.get_running_loop()
+    ended: dict[int, tuple[bool, float]] = {}
+
+    async def wait(i: int) -> None:
+        t0 = loop.time()
+        admitted = await g.admit(_delivery(i), lambda: False).__aenter__()
+        ended[i] = (admitted, loop.time() - t0)
+
+    a = asyncio.create_task(wait(1))
+    await asyncio.sleep(0.1)
+    b, c = asyncio.create_task(wait(2)), asyncio.create_task(wait(3))
+    await asyncio.sleep(0)
+    c.cancel()
+    await asyncio.gather(a, b, c, return_exceptions=True)
+    assert set(ended) == {1, 2}
+    for admitted, waited in ended.values():
+        assert not admitted and waited >= 0.3 * 0.9
+    assert g.sending == 1 and not g.waiting
+    d, e = asyncio.create_task(wait(4)), asyncio.create_task(wait(5))
+    await asyncio.sleep(0.05)
+    await first.__aexit__()  # the place goes to the first still waiting
+    await asyncio.gather(d, e)
+    assert ended[4][0] and not ended[5][0]
+    assert not g.waiting
 
 
 async def test_a_waiting_row_cancelled_after_its_place_was_handed_over_gives_it_back() -> None:
