@@ -162,13 +162,18 @@ def encode(
 ) -> bytes:
     """One attempt's record, as stored (the phases given in seconds, kept
     in milliseconds)."""
-    timings = {
-        "dns": _ms(dns_s),
-        "connect": _ms(connect_s),
-        "tls": _ms(tls_s),
-        "ttfb": _ms(ttfb_s),
-        "total": _ms(total_s),
-    }
+    if dns_s is None and connect_s is None and tls_s is None:
+        # A reused connection (most attempts): no phases of its own.
+        timings = {"dns": None, "connect": None, "tls": None, "ttfb": _ms(ttfb_s),
+                   "total": _ms(total_s)}  # fmt: skip
+    else:
+        timings = {
+            "dns": _ms(dns_s),
+            "connect": _ms(connect_s),
+            "tls": _ms(tls_s),
+            "ttfb": _ms(ttfb_s),
+            "total": _ms(total_s),
+        }
     doc: dict[str, Any] = {
         "timings_ms": timings,
         "remote_addr": remote_addr,

@@ -50,6 +50,9 @@ def on_success(b: Breaker, now: float, *, base_cooldown_s: float) -> Breaker:
         # A request that started before the breaker opened; it proves little,
         # and closing here would let a flood through without a probe.
         return replace(b, last_success_at=now)
+    if (b.state is BreakerState.CLOSED and b.last_success_at == now and not b.consecutive_failures
+            and b.opened_at is None and b.cooldown_s == base_cooldown_s):  # fmt: skip
+        return b  # a run of successes folded at one time: the same value, not another
     return Breaker(
         state=BreakerState.CLOSED,
         consecutive_failures=0,

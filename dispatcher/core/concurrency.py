@@ -50,7 +50,11 @@ TIMEOUT_WINDOW = 50  # completions judged together, at least
 TIMEOUT_SHARE = 0.5  # of them timed out: the endpoint is overloaded
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+# A value: the functions here return a new one and never change one in
+# place. Not frozen all the same: a frozen class sets each of its nine
+# fields through object.__setattr__, and most answers make a new Limit
+# (the latency averages move): 0.6 against 3.0 µs, per delivery.
+@dataclass(kw_only=True, slots=True)
 class Limit:
     limit: float
     max_limit: int
@@ -139,7 +143,11 @@ def on_success(s: Limit, latency_ms: float, now: float, *, saturated: bool = Fal
     # Ten times slower than `recent`: a slow spell shows in `recent` against
     # the baseline it started from.
     base += BASELINE_WEIGHT * (latency_ms - base)
-    return replace(s, limit=grown, baseline_ms=base, recent_ms=recent)
+    # Every field named, not replace(): this is the line most answers end
+    # on, and replace() walks the fields in Python.
+    return Limit(limit=grown, max_limit=s.max_limit, slow_start=s.slow_start, baseline_ms=base,
+                 recent_ms=recent, learned=s.learned, last_decrease_at=s.last_decrease_at,
+                 window_done=s.window_done, window_timeouts=s.window_timeouts)  # fmt: skip
 
 
 def on_overload(s: Limit, now: float) -> Limit:

@@ -3,7 +3,7 @@ clock is passed in)."""
 
 from __future__ import annotations
 
-import heapq
+from collections import deque
 
 
 class SendOrder:
@@ -19,21 +19,21 @@ class SendOrder:
     reports: it is then passed over, and counted on its own if it ever ends.
     """
 
-    __slots__ = ("_done", "_late", "_next", "_open", "_sent_at", "horizon_s")
+    __slots__ = ("_done", "_late", "_next", "_open", "horizon_s")
 
     def __init__(self, horizon_s: float = 60.0) -> None:
         self.horizon_s = horizon_s
         self._next = 0
-        self._open: list[int] = []  # heap of sequence numbers not yet released
-        self._sent_at: dict[int, float] = {}
+        # (sequence number, sent at) not yet released. Numbered as sent, so
+        # appended in order: a queue, not a heap.
+        self._open: deque[tuple[int, float]] = deque()
         self._done: dict[int, bool | None] = {}
         self._late: set[int] = set()  # passed over while still on the wire
 
     def sent(self, now: float) -> int:
         seq = self._next
         self._next += 1
-        heapq.heappush(self._open, seq)
-        self._sent_at[seq] = now
+        self._open.append((seq, now))
         return seq
 
     def completed(self, seq: int, ok: bool | None, now: float) -> list[bool]:
@@ -46,16 +46,16 @@ class SendOrder:
                 ready.append(ok)
         else:
             self._done[seq] = ok
-        while self._open:
-            head = self._open[0]
-            if head in self._done:
-                result = self._done.pop(head)
+        opened, done = self._open, self._done
+        while opened:
+            head, sent_at = opened[0]
+            if head in done:
+                result = done.pop(head)
                 if result is not None:
                     ready.append(result)
-            elif now - self._sent_at[head] > self.horizon_s:
+            elif now - sent_at > self.horizon_s:
                 self._late.add(head)
             else:
                 break
-            heapq.heappop(self._open)
-            del self._sent_at[head]
+            opened.popleft()
         return ready

@@ -11,6 +11,7 @@ Pure: keys in, header values out.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
 import secrets as _secrets
@@ -111,7 +112,8 @@ class Signer:
             m = mac.copy()
             m.update(prefix)
             m.update(body)
-            parts.append("v1," + base64.b64encode(m.digest()).decode())
+            # b2a_base64 is what b64encode calls, less a Python frame per request.
+            parts.append("v1," + binascii.b2a_base64(m.digest(), newline=False).decode())
         for key in self._keys:
             parts.append("v1a," + base64.b64encode(key.sign(prefix + body)).decode())
         return " ".join(parts)

@@ -168,7 +168,8 @@ def _outcome_columns(outcomes: Sequence[Outcome]) -> list[list[object]]:
     return [
         [o.delivery_id for o in outcomes],
         [o.endpoint_id for o in outcomes],
-        [o.status.value for o in outcomes],
+        # _value_: .value is a Python property call (enum.py), per row.
+        [o.status._value_ for o in outcomes],
         [o.next_attempt_in_s for o in outcomes],
         [o.spent_attempt for o in outcomes],
         [o.status_code for o in outcomes],

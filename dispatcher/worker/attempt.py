@@ -45,7 +45,7 @@ async def deliver(
         if not admitted:
             return Outcome.handed_back(d, gate.paused_for()), None
         try:
-            result = await sender.post(gate.wire, d, doc, breaker=gate.breaker.state.value)
+            result = await sender.post(gate.wire, d, doc, breaker=gate.breaker.state._value_)
         except Exception as exc:
             # A bug or a value the wire cannot carry: an attempt that
             # failed (bounded by max_attempts), never a row handed back

@@ -67,7 +67,8 @@ class Deadlines:
     def done(self, w: Watch) -> None:
         """The attempt ended (call it in a `finally`)."""
         self._forget(w)
-        self._take_back(w)
+        if w.fires:  # most attempts end before their deadline: nothing to take back
+            self._take_back(w)
 
     def expired(self, w: Watch) -> bool:
         """After CancelledError: True when it was this deadline's (the task is

@@ -229,7 +229,7 @@ class Recorder:
             m = self.metrics
             m.flush_seconds.observe(time.perf_counter() - t0)
             m.record_outcomes(
-                (o.status.value if o.spent_attempt else "released", o.response_ms) for o in batch
+                (o.status._value_ if o.spent_attempt else "released", o.response_ms) for o in batch
             )
             m.record_lags(lags)
             m.record_timings((o.endpoint_id, o.timing) for o in batch if o.timing is not None)

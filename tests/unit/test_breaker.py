@@ -550,3 +550,27 @@ def test_fold_opens_iff_a_run_of_threshold_failures(results: list[bool], thresho
 def test_fold_of_nothing_changes_nothing() -> None:
     b = _open_breaker()
     assert fold(b, [], T0, threshold=THRESHOLD, base_cooldown_s=BASE) == (b, [])
+
+
+@given(
+    st.sampled_from([CLOSED, HALF_OPEN]),
+    st.integers(0, 20),
+    st.none() | st.floats(0, 1e6),
+    st.floats(1, 3600),
+    st.none() | st.floats(0, 1e6),
+    st.none() | st.floats(0, 1e6),
+    st.floats(0, 1e6),
+)
+def test_a_success_outside_open_is_always_the_same_closed_value(
+    state: BreakerState, failures: int, opened_at: float | None, cooldown: float,
+    last_failure: float | None, last_success: float | None, now: float,
+) -> None:  # fmt: skip
+    """A run of successes at one time returns the breaker it was given
+    (no new value each): equal to the closed breaker built field by field."""
+    b = Breaker(state=state, consecutive_failures=failures, opened_at=opened_at,
+                cooldown_s=cooldown, last_failure_at=last_failure,
+                last_success_at=last_success)  # fmt: skip
+    once = on_success(b, now, base_cooldown_s=BASE)
+    assert once == Breaker(state=CLOSED, consecutive_failures=0, opened_at=None, cooldown_s=BASE,
+                           last_failure_at=last_failure, last_success_at=now)  # fmt: skip
+    assert on_success(once, now, base_cooldown_s=BASE) is once

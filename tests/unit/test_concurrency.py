@@ -207,3 +207,35 @@ def test_latency_while_saturated_is_not_held_against_the_endpoint() -> None:
         s = on_success(s, 2_000.0, now=100.0)
     assert s.limit < limit and s.baseline_ms is not None
     assert s.baseline_ms > base
+
+
+@given(
+    st.floats(1.0, 500.0),
+    st.integers(1, 500),
+    st.booleans(),
+    st.floats(0.1, 1000.0),
+    st.floats(0.1, 1000.0),
+    st.integers(0, 200),
+    st.integers(0, 60),
+    st.floats(0.0, 2000.0),
+)
+def test_an_answer_keeps_what_it_does_not_judge(
+    limit: float, max_limit: int, slow: bool, base: float, recent: float, learned: int,
+    done: int, latency: float,
+) -> None:  # fmt: skip
+    """Whatever path an answer takes (the common one builds the value field
+    by field), it keeps the fields it does not judge, and the value it was
+    given is not changed (Limit is not frozen)."""
+    s = concurrency.Limit(limit=min(limit, float(max_limit)), max_limit=max_limit,
+                          slow_start=slow, baseline_ms=base, recent_ms=recent, learned=learned,
+                          last_decrease_at=-5.0, window_done=0, window_timeouts=done)  # fmt: skip
+    after = on_success(s, latency, now=0.0)
+    assert after.max_limit == s.max_limit
+    assert after.window_done == 0 and after.window_timeouts == done
+    assert after.last_decrease_at in (-5.0, 0.0)
+    assert after.slow_start == (s.slow_start and after.last_decrease_at == -5.0)
+    assert after.learned in (learned, learned + 1)
+    assert s == concurrency.Limit(limit=min(limit, float(max_limit)), max_limit=max_limit,
+                                  slow_start=slow, baseline_ms=base, recent_ms=recent,
+                                  learned=learned, last_decrease_at=-5.0, window_done=0,
+                                  window_timeouts=done)  # fmt: skip
