@@ -39,14 +39,20 @@ class SendOrder:
     def completed(self, seq: int, ok: bool | None, now: float) -> list[bool]:
         """Records one result (None: the attempt never counted); returns the
         results now in order, oldest first."""
-        ready: list[bool] = []
-        if seq in self._late:
-            self._late.discard(seq)
-            if ok is not None:
-                ready.append(ok)
-        else:
-            self._done[seq] = ok
         opened, done = self._open, self._done
+        if opened and opened[0][0] == seq:
+            # The oldest still on the wire (most often, at a steady pace):
+            # released at once, then whatever ended after it.
+            opened.popleft()
+            ready = [] if ok is None else [ok]
+        else:
+            ready = []
+            if seq in self._late:
+                self._late.discard(seq)
+                if ok is not None:
+                    ready.append(ok)
+            else:
+                done[seq] = ok
         while opened:
             head, sent_at = opened[0]
             if head in done:

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 
 from dispatcher import log
-from dispatcher.core.models import AttemptResult, Delivery, Outcome, Verdict
+from dispatcher.core.models import AttemptResult, Delivery, Outcome, Status, Verdict
 from dispatcher.core.retry import decide
 from dispatcher.worker.endpointgate import Gate
 from dispatcher.worker.sender import Sender
@@ -53,6 +53,10 @@ async def deliver(
             result = _crashed(exc)
     finally:
         admission.leave()
+    if result.verdict is Verdict.SUCCESS:
+        # Nothing to decide (retry.decide's answer for any success), nor
+        # to draw: the common case, without either call.
+        return Outcome.attempted(d, result, Status.DELIVERED, 0.0), result
     return _decided(gate, d, result, draw()), result
 
 

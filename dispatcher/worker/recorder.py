@@ -24,7 +24,9 @@ is claimed while the database is unreachable.
 from __future__ import annotations
 
 import asyncio
+import operator
 import time
+from collections import Counter
 from collections.abc import Callable
 
 import asyncpg
@@ -39,6 +41,10 @@ from dispatcher.settings import Settings
 from dispatcher.worker.connectivity import Connectivity
 from dispatcher.worker.notices import DeadLetters
 from dispatcher.worker.rewriter import Rewriter
+
+_STATUS = operator.attrgetter("status")
+_DISABLE = operator.attrgetter("disable_endpoint")
+_PAUSE = operator.attrgetter("pause_s")
 
 # How long a flush failure waits before trying again; outcomes stay buffered.
 FLUSH_RETRY_S = 1.0
@@ -156,16 +162,17 @@ class Recorder:
     def _count(self, batch: list[Outcome]) -> None:
         """What was recorded (not merely attempted): the figures engine_stopped reports."""
         st = self.stats
-        for o in batch:
-            if o.status is Status.DELIVERED:
-                st.delivered += 1
-            elif o.status is Status.FAILED:
-                st.retried += 1
-            elif o.status is Status.DEAD_LETTER:
-                st.dead += 1
-                self._dead_letters.dead(o)
-            else:
-                st.released += 1
+        by_status = Counter(map(_STATUS, batch))  # in C: no Python line per row
+        delivered, retried = by_status[Status.DELIVERED], by_status[Status.FAILED]
+        dead = by_status[Status.DEAD_LETTER]
+        st.delivered += delivered
+        st.retried += retried
+        st.dead += dead
+        st.released += len(batch) - delivered - retried - dead
+        if dead:
+            for o in batch:
+                if o.status is Status.DEAD_LETTER:
+                    self._dead_letters.dead(o)
 
     def stopped(self) -> None:
         """The worker stops: dead letters not shown one by one are said now."""
@@ -182,11 +189,15 @@ class Recorder:
     async def _write(self, batch: list[Outcome], results: dict[int, list[bool]]) -> None:
         now_mono = time.monotonic()
         touched = self._touched(results, now_mono)
-        gone = sorted({o.endpoint_id for o in batch if o.disable_endpoint})
+        # Rare: looked for in C first (any), row by row only when there are some.
+        gone: list[int] = []
+        if any(map(_DISABLE, batch)):
+            gone = sorted({o.endpoint_id for o in batch if o.disable_endpoint})
         pauses: dict[int, float] = {}
-        for o in batch:
-            if o.pause_s:
-                pauses[o.endpoint_id] = max(pauses.get(o.endpoint_id, 0.0), o.pause_s)
+        if any(map(_PAUSE, batch)):
+            for o in batch:
+                if o.pause_s:
+                    pauses[o.endpoint_id] = max(pauses.get(o.endpoint_id, 0.0), o.pause_s)
         t0 = time.perf_counter()
         written: dict[int, Breaker] = {}
         transitions: list[tuple[int, str, str]] = []
@@ -228,11 +239,8 @@ class Recorder:
         if self.metrics is not None:
             m = self.metrics
             m.flush_seconds.observe(time.perf_counter() - t0)
-            m.record_outcomes(
-                (o.status._value_ if o.spent_attempt else "released", o.response_ms) for o in batch
-            )
+            m.record_outcomes(batch)
             m.record_lags(lags)
-            m.record_timings((o.endpoint_id, o.timing) for o in batch if o.timing is not None)
 
     async def _write_breakers(
         self, conn: Conn, ids: list[int], results: dict[int, list[bool]]
