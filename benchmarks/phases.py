@@ -245,6 +245,11 @@ def report_raw(bench: Bench, m: dict[str, Any], raw: dict[str, Any]) -> float | 
     bench.report["raw"] = raw
     ratio: float | None = m["deliveries_per_min"] / raw["per_min"] if raw["per_min"] else None
     bench.report["ratio_to_raw"] = None if ratio is None else round(ratio, 4)
+    # CPU per delivery against the bare client's per request, same run
+    # (issue 35): what the engine costs beyond aiohttp's own request path.
+    cpu, bare = m.get("dispatcher_cpu_s_per_1000"), raw.get("cpu_s_per_1000")
+    raw["dispatcher_cpu_ratio"] = round(cpu / bare, 3) if cpu and bare else None
+    bench.report["cpu_ratio_to_raw"] = raw["dispatcher_cpu_ratio"]
     return ratio
 
 
@@ -303,4 +308,8 @@ def raw_rows(raw: dict[str, Any], ratio: float | None, *, what: str = "") -> lis
         ],
         [f"ratio dispatcher{what}/raw", "-" if ratio is None else f"{ratio:.2f}"],
         ["raw client CPU s / 1,000", fmt(raw["cpu_s_per_1000"], 3)],
+        [
+            f"dispatcher{what} CPU / raw client CPU, per delivery",
+            fmt(raw.get("dispatcher_cpu_ratio"), 2),
+        ],
     ]

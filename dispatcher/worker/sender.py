@@ -316,7 +316,7 @@ class Sender:
                 status = resp.status
                 ms = int(ttfb * 1000)
                 retry_after = resp.headers.get("retry-after")
-                got = attemptdetail.redact_headers(resp.headers.items())
+                got = attemptdetail.redact_headers_of(resp.raw_headers, resp.headers.items())
                 remote = _peer(resp)
                 try:
                     answer = await self._drain(resp)

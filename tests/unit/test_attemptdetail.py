@@ -118,3 +118,20 @@ def test_credentials_in_other_headers_values_are_redacted() -> None:
     assert got["link"] == "<http://[redacted]@h.example/>; rel=next"
     assert got["x-mail"] == "ops@example.com"  # no URL: nothing to redact
     assert got["content-location"] == "//[redacted]@h.example/x"  # to the last @
+
+
+def test_header_lists_are_remembered_by_the_headers_as_received() -> None:
+    """The same raw headers give the same stored list, computed once;
+    other headers their own; the memory is emptied when full."""
+    raw = ((b"Content-Type", b"text/plain"), (b"Set-Cookie", b"s=1"))
+    items = [("Content-Type", "text/plain"), ("Set-Cookie", "s=1")]
+    first = ad.redact_headers_of(raw, items)
+    assert first == ad.redact_headers(items)
+    assert first[1] == ["set-cookie", ad.REDACTED]
+    assert ad.redact_headers_of(raw, []) is first  # not computed again
+    other = ((b"Date", b"x"),)
+    assert ad.redact_headers_of(other, [("Date", "x")]) == [["date", "x"]]
+    for i in range(ad.LISTS_KEPT):
+        ad.redact_headers_of((b"X-N", str(i).encode()), [("X-N", str(i))])
+    assert len(ad._LISTS) <= ad.LISTS_KEPT
+    assert ad.redact_headers_of(raw, []) == []  # forgotten when full: what it is given now

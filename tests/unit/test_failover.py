@@ -41,7 +41,34 @@ def test_kept_outcomes_drop_what_the_rewrite_never_writes() -> None:
     # Everything rewrite_outcomes and the lost flushes' announcements use stays.
     assert k._replace(detail=recorded.detail, timing=recorded.timing) == recorded
     bare = out(3)
-    assert failover.kept([bare])[0] is bare  # nothing to drop: not copied
+    assert failover.kept([bare]) == (bare,)
+
+
+OUTCOMES = st.lists(
+    st.builds(
+        Outcome,
+        delivery_id=st.integers(1, 10**6),
+        endpoint_id=st.integers(1, 3),
+        status=st.sampled_from(list(Status)),
+        next_attempt_in_s=st.floats(0, 100),
+        spent_attempt=st.booleans(),
+        status_code=st.none() | st.integers(100, 599),
+        attempt=st.integers(-1, 5),
+        detail=st.none() | st.binary(max_size=20),
+        timing=st.none() | st.just((0.001, None, None, 0.002)),
+    ),
+    max_size=30,
+)
+
+
+@given(OUTCOMES)
+def test_kept_is_each_outcome_worth_keeping_stripped(outcomes: list[Outcome]) -> None:
+    """Whichever way a flush is kept (all spent: by map, in C; else one by
+    one), the same outcomes, in order, without their record and timings."""
+    kept = failover.kept(outcomes)
+    want = [o._replace(detail=None, timing=None) for o in outcomes if failover.worth_keeping(o)]
+    assert list(kept) == want
+    assert all(type(k) is Outcome for k in kept)
 
 
 def test_kept_at_least_the_longest_lease() -> None:
