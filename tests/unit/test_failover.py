@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from dispatcher.core import failover
 from dispatcher.core.failover import Rewrite, Written
 from dispatcher.core.models import RANGES, Outcome, Status
+from tests.unit.strategies import outcomes
 
 
 def out(i: int, status: Status = Status.DELIVERED, *, spent: bool = True, attempt: int = 0,
@@ -44,24 +45,7 @@ def test_kept_outcomes_drop_what_the_rewrite_never_writes() -> None:
     assert failover.kept([bare]) == (bare,)
 
 
-OUTCOMES = st.lists(
-    st.builds(
-        Outcome,
-        delivery_id=st.integers(1, 10**6),
-        endpoint_id=st.integers(1, 3),
-        status=st.sampled_from(list(Status)),
-        next_attempt_in_s=st.floats(0, 100),
-        spent_attempt=st.booleans(),
-        status_code=st.none() | st.integers(100, 599),
-        attempt=st.integers(-1, 5),
-        detail=st.none() | st.binary(max_size=20),
-        timing=st.none() | st.just((0.001, None, None, 0.002)),
-    ),
-    max_size=30,
-)
-
-
-@given(OUTCOMES)
+@given(outcomes(30))
 def test_kept_is_each_outcome_worth_keeping_stripped(outcomes: list[Outcome]) -> None:
     """Whichever way a flush is kept (all spent: by map, in C; else one by
     one), the same outcomes, in order, without their record and timings."""

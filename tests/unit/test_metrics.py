@@ -14,6 +14,7 @@ from dispatcher.metrics import (
     EndpointBatchHistograms,
     Metrics,
 )
+from tests.unit.strategies import outcomes
 
 BOUNDS = st.sampled_from([_LATENCY_BUCKETS, _LAG_BUCKETS])
 VALUES = st.lists(
@@ -75,28 +76,7 @@ def _sample(text: str, name: str) -> float:
                if line.startswith(name + "{") or line.startswith(name + " "))  # fmt: skip
 
 
-OUTCOMES = st.lists(
-    st.builds(
-        Outcome,
-        delivery_id=st.integers(1, 10**6),
-        endpoint_id=st.integers(1, 3),
-        status=st.sampled_from(list(Status)),
-        next_attempt_in_s=st.just(0.0),
-        spent_attempt=st.booleans(),
-        response_ms=st.none() | st.integers(0, 70_000),
-        timing=st.none()
-        | st.tuples(
-            st.none() | st.floats(0, 1),
-            st.none() | st.floats(0, 1),
-            st.none() | st.floats(0, 1),
-            st.floats(0, 60),
-        ),
-    ),
-    max_size=40,
-)
-
-
-@given(flushes=st.lists(OUTCOMES, max_size=3))
+@given(flushes=st.lists(outcomes(40), max_size=3))
 def test_a_flushs_outcomes_are_counted_as_one_by_one(flushes: list[list[Outcome]]) -> None:
     """Tallied in C (map, zip, a Counter): the same figures as counting each
     outcome, its latency and its phases in turn."""
