@@ -28,6 +28,10 @@ FLAGS = [
     "--remote-debugging-port=0", "--remote-allow-origins=*",
 ]  # fmt: skip
 WAIT_S = 20.0
+# How long an element must stay put before it is clicked, and how many
+# looks it gets to do so.
+STILL_S = 0.05
+STILL_LOOKS = 40
 
 
 class BrowserError(AssertionError):
@@ -113,15 +117,24 @@ class Page:
     async def click(self, selector: str) -> None:
         """A real click at the element's centre, once it is drawn and enabled."""
         sel = json.dumps(selector)
-        box = await self.wait(
-            f"""(() => {{
+        where = f"""(() => {{
                 const el = document.querySelector({sel});
                 if (!el || el.disabled) return null;
                 el.scrollIntoView({{block: "center"}});
                 const r = el.getBoundingClientRect();
                 return r.width && r.height ? [r.x + r.width / 2, r.y + r.height / 2] : null;
             }})()"""
-        )
+        box = await self.wait(where)
+        # A page still drawing (a poll's answer growing a card or a table)
+        # moves the element between finding it and the click, and the
+        # click lands beside it (seen under CI load): clicked once it has
+        # stayed put for one look, within a bounded wait.
+        for _ in range(STILL_LOOKS):
+            await asyncio.sleep(STILL_S)
+            again = await self.wait(where)
+            if again == box:
+                break
+            box = again
         x, y = box
         hit = await self.eval(
             f"document.querySelector({sel}).contains(document.elementFromPoint({x}, {y}))"
