@@ -216,8 +216,8 @@ class Metrics:
         _, connects, handshakes, firsts = zip(*map(_TIMING, timed), strict=True)
         self.first_byte_seconds.observe_many(endpoints, firsts)
         for histograms, phase in ((self.connect_seconds, connects), (self.tls_seconds, handshakes)):
-            if any(map(_IS_SET, phase)):
-                opened = list(map(_IS_SET, phase))
+            opened = list(map(_IS_SET, phase))
+            if any(opened):
                 histograms.observe_many(list(itertools.compress(endpoints, opened)),
                                         list(itertools.compress(phase, opened)))  # fmt: skip
 

@@ -128,10 +128,11 @@ class Page:
         # A page still drawing (a poll's answer growing a card or a table)
         # moves the element between finding it and the click, and the
         # click lands beside it (seen under CI load): clicked once it has
-        # stayed put for one look, within a bounded wait.
+        # stayed put for one look, within a bounded wait (each look as
+        # long as all of them: an element gone for good fails in seconds).
         for _ in range(STILL_LOOKS):
             await asyncio.sleep(STILL_S)
-            again = await self.wait(where)
+            again = await self.wait(where, STILL_S * STILL_LOOKS)
             if again == box:
                 break
             box = again
