@@ -32,6 +32,8 @@ WAIT_S = 20.0
 # looks it gets to do so.
 STILL_S = 0.05
 STILL_LOOKS = 40
+# How long a click is given to show before it is made again (click_until).
+RECLICK_S = 4.0
 
 
 class BrowserError(AssertionError):
@@ -146,6 +148,23 @@ class Page:
             await self.send(
                 "Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1
             )
+
+    async def click_until(self, selector: str, predicate: str, tries: int = 3) -> None:
+        """Clicks, then waits for `predicate`; clicks again (up to `tries`
+        in all) when nothing came of it within RECLICK_S. A page that
+        redraws its cards from a poll can replace the element between the
+        press and the release, and then no click happens at all (seen under
+        CI load: the card stayed, with no notice and no question)."""
+        for _ in range(tries - 1):
+            await self.click(selector)
+            with contextlib.suppress(BrowserError):
+                await self.wait(predicate, RECLICK_S)
+                return
+            if await self.eval(f"document.querySelector({json.dumps(selector)}) === null"):
+                break  # the element went: nothing to click again
+        else:
+            await self.click(selector)
+        await self.wait(predicate)
 
     async def type(self, selector: str, text: str) -> None:
         await self.click(selector)

@@ -106,8 +106,8 @@ async def test_a_customers_day_in_the_portal(
         assert len(receiver.requests_to("/acme-partner-fixed")) == 3
 
         # Delete it: nothing is on its way any more, so no question is asked.
-        await page.click(f'button[data-delete="{partner}"]')
-        await page.wait(f"document.querySelector('{card}') === null")
+        await page.click_until(f'button[data-delete="{partner}"]',
+                               f"document.querySelector('{card}') === null")  # fmt: skip
         assert await conn.fetchval(
             "SELECT deleted_at IS NOT NULL FROM endpoints WHERE id = $1", partner
         )
