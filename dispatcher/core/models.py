@@ -100,9 +100,11 @@ class Endpoint(EndpointSettings):
     app: str = "default"  # its application: claims share capacity across these first
 
 
-@dataclass(slots=True)
-class Delivery:
-    """A claimed row; mutable only so the engine can mark it sent."""
+class ClaimedRow(NamedTuple):
+    """A claimed row as the claim returns it, column for column
+    (queries.sql claim_batch): built in C from each record, with no
+    __init__ to run per row (a dataclass's set its twelve fields one by
+    one, and the claim's keyword call was as many lines again)."""
 
     id: int
     endpoint_id: int
@@ -111,11 +113,20 @@ class Delivery:
     attempt_count: int  # attempts recorded before this one
     max_attempts: int
     event_type: str = ""
-    started: bool = False  # on the wire: a shutdown gives it the grace period
-    seq: int = -1  # its place in the endpoint's send order, once sent
-    erased: bool = False  # its payload was expunged: never to be sent
     traceparent: str | None = None  # the producer's W3C trace context (schema 024)
     tracestate: str | None = None
+    erased: bool = False  # its payload was expunged: never to be sent
+
+
+class Delivery(ClaimedRow):
+    """A claimed row, and the engine's two marks on it: started (on the
+    wire: a shutdown gives it the grace period) and its place in the
+    endpoint's send order. They are class defaults until the admission
+    sets them on the instance (a tuple subclass with a __dict__, made only
+    then)."""
+
+    started: bool = False
+    seq: int = -1
 
 
 # An answered attempt's (DNS, TCP connect, TLS handshake, first byte) in

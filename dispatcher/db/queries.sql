@@ -44,7 +44,10 @@ RETURNING w.id, w.endpoint_id, w.event_id,
                                           WHERE p.id = w.payload_id
                                             AND p.created_at = w.payload_at))::text, 'UTF8')
               AS payload,
-          w.attempt_count, w.max_attempts, w.event_type, w.traceparent, w.tracestate;
+          w.attempt_count, w.max_attempts, w.event_type, w.traceparent, w.tracestate,
+          -- core.models.ClaimedRow's fields, in order: erased is the
+          -- client's to set, where the payload came back NULL.
+          false AS erased;
 
 -- name: record_outcomes
 -- Every outcome of a flush in one statement: the queue rows, and a latency

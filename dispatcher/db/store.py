@@ -8,6 +8,7 @@ states) and it persists them.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -145,22 +146,14 @@ async def claim(
     worker: str,
 ) -> list[Delivery]:
     rows = await conn.fetch(Q["claim_batch"], endpoint_ids, budgets, leases_s, limit, worker)
-    return [
-        Delivery(
-            id=r[0],
-            endpoint_id=r[1],
-            event_id=r[2],
-            # NULL: erased while the row was on the wire (schema 022).
-            body=b"" if r[3] is None else r[3],
-            erased=r[3] is None,
-            attempt_count=r[4],
-            max_attempts=r[5],
-            event_type=r[6],
-            traceparent=r[7],
-            tracestate=r[8],
-        )
-        for r in rows
-    ]
+    claimed = list(map(Delivery._make, rows))
+    if None in map(_BODY, claimed):
+        # NULL: erased while the row was on the wire (schema 022).
+        claimed = [d if d.body is not None else d._replace(body=b"", erased=True) for d in claimed]
+    return claimed
+
+
+_BODY = operator.attrgetter("body")
 
 
 # The columns record_outcomes and rewrite_outcomes unnest, in their order,

@@ -27,7 +27,7 @@ from yarl import URL
 
 from dispatcher.core import attemptdetail
 from dispatcher.core.errors import BadInput, OperationalError, TargetRefused
-from dispatcher.core.models import AttemptResult, Delivery, Endpoint, Verdict
+from dispatcher.core.models import AttemptResult, Delivery, Endpoint, Timing, Verdict
 from dispatcher.core.retry import classify_status, parse_retry_after
 from dispatcher.core.shaping import SUCCESS_BODY_BYTES, body_matches
 from dispatcher.core.ssrf import UNRESOLVED, check_address
@@ -295,7 +295,7 @@ class Sender:
         phases = Phases()
         token = CURRENT.set(phases)
         remote: str | None = None
-        got: list[list[str]] | None = None
+        got = b"[]"
         t0 = time.perf_counter()
         ttfb = 0.0
         # Kept by this sender's sweeper (started with it); the whole attempt,
@@ -330,31 +330,37 @@ class Sender:
                         raise
         except TargetRefused as exc:
             why = refused_target(str(exc))
-            return self._failed(Verdict.PERMANENT, t0, why, detail=_record(phases, None, t0))
+            return self._failed(Verdict.PERMANENT, t0, why, detail=_record(phases, t0))
         except asyncio.CancelledError:
             if not self.deadlines.expired(watch):
                 raise
             return self._failed(
                 Verdict.RETRYABLE, t0, f"timeout after {wire.timeout_ms} ms", timed_out=True,
-                detail=_record(phases, None, t0, fired=fired, span=span),
+                detail=_record(phases, t0, fired, span),
             )  # fmt: skip
         except TimeoutError:
             # Not ours (a limit of asyncio's, the TLS handshake's say): still
             # the endpoint too slow to answer, for its adaptive limit too.
-            failed = _record(phases, None, t0, fired=fired, span=span)
+            failed = _record(phases, t0, fired, span)
             return self._failed(Verdict.RETRYABLE, t0, "timeout", timed_out=True, detail=failed)
         except (aiohttp.ClientError, OSError) as exc:
-            failed = _record(phases, None, t0, fired=fired, span=span)
+            failed = _record(phases, t0, fired, span)
             return self._failed(Verdict.RETRYABLE, t0, attempt_error(exc), detail=failed)
         finally:
             self.deadlines.done(watch)
             CURRENT.reset(token)
         if shown is not None:
             shown.append(answer)
-        detail = _record(phases, ttfb, t0, remote=remote, headers=got, body=answer, fired=fired,
-                         span=span)  # fmt: skip
-        # For the per-endpoint histograms (metrics.py) and the span.
-        timing = (phases.dns, phases.connect(), phases.tls, ttfb)
+        # For the record, the per-endpoint histograms (metrics.py) and the
+        # span. A connection that was opened for this attempt set `opened`.
+        timing: Timing = (
+            (None, None, None, ttfb)
+            if phases.opened is None
+            else (phases.dns, phases.connect(), phases.tls, ttfb)
+        )
+        detail = attemptdetail.answered(
+            timing, time.perf_counter() - t0, remote, got, answer, fired, span
+        )
         verdict = classify_status(status)
         if verdict is Verdict.SUCCESS:
             if wire.success is not None and not body_matches(wire.success, answer):
@@ -452,28 +458,15 @@ def _peer(resp: aiohttp.ClientResponse) -> str | None:
     return None if not peer else str(peer[0])
 
 
-def _record(
-    phases: Phases,
-    ttfb_s: float | None,
-    t0: float,
-    *,
-    remote: str | None = None,
-    headers: list[list[str]] | None = None,
-    body: bytes | None = None,
-    fired: str | None = None,
-    span: str | None = None,
-) -> bytes:
-    """The attempt's record (core.attemptdetail): DNS, the TCP connect and
-    the TLS handshake when this attempt opened a connection."""
+def _record(phases: Phases, t0: float, fired: str | None = None, span: str | None = None) -> bytes:
+    """An unanswered attempt's record (core.attemptdetail): DNS, the TCP
+    connect and the TLS handshake when this attempt opened a connection."""
     return attemptdetail.encode(
         dns_s=phases.dns,
         connect_s=phases.connect(),
         tls_s=phases.tls,
-        ttfb_s=ttfb_s,
+        ttfb_s=None,
         total_s=time.perf_counter() - t0,
-        remote_addr=remote,
-        headers=headers,
-        body=None if body is None else attemptdetail.excerpt(body),
         request_url=fired,
         span_id=span,
     )
