@@ -52,7 +52,9 @@ async def server(db_url: str, tmp_path: Path) -> AsyncIterator[Server]:
             for _ in range(400):
                 try:
                     async with s.get(base + "/readyz") as r:
-                        if r.status == 200:
+                        # Ours, not another process's 200 on a port taken
+                        # between free_port() and the bind.
+                        if r.status == 200 and await r.text() == '{"ready":true}':
                             break
                 except aiohttp.ClientError:
                     pass
@@ -65,6 +67,9 @@ async def server(db_url: str, tmp_path: Path) -> AsyncIterator[Server]:
         if proc.returncode is None:
             proc.terminate()
         await asyncio.wait_for(proc.wait(), 20)
+        # Captured, so shown only when the test fails: what the server said
+        # (a CI run once got a body that was not JSON from the first call).
+        print(f"--- dispatcher log ({port}) ---\n" + log.read_text(errors="replace")[-4000:])
 
 
 async def admin(server: Server, method: str, path: str, body: object = None) -> dict:
