@@ -351,13 +351,8 @@ class Sender:
             CURRENT.reset(token)
         if shown is not None:
             shown.append(answer)
-        # For the record, the per-endpoint histograms (metrics.py) and the
-        # span. A connection that was opened for this attempt set `opened`.
-        timing: Timing = (
-            (None, None, None, ttfb)
-            if phases.opened is None
-            else (phases.dns, phases.connect(), phases.tls, ttfb)
-        )
+        # For the record, the per-endpoint histograms (metrics.py) and the span.
+        timing: Timing = (phases.dns, phases.connect(), phases.tls, ttfb)
         detail = attemptdetail.answered(
             timing, time.perf_counter() - t0, remote, got, answer, fired, span
         )
