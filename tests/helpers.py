@@ -185,6 +185,17 @@ class Served:
         raise AssertionError(f"no {what} in /proc/{self.proc.pid}/status")
 
 
+async def ready(s: aiohttp.ClientSession, base: str) -> bool:
+    """Whether `base` answers /readyz as a ready dispatcher does: a 200 with
+    {"ready": true}, not another process's 200 on a port taken between
+    free_port() and the bind."""
+    with contextlib.suppress(aiohttp.ClientError, ValueError):
+        async with s.get(base + "/readyz") as r:
+            doc = await r.json(content_type=None)
+            return r.status == 200 and isinstance(doc, dict) and doc.get("ready") is True
+    return False
+
+
 @asynccontextmanager
 async def served(db_url: str, command: str = "run", **env: str) -> AsyncIterator[Served]:
     """`dispatcher COMMAND --http 127.0.0.1:PORT` (run: the worker and its
@@ -207,10 +218,8 @@ async def served(db_url: str, command: str = "run", **env: str) -> AsyncIterator
     try:
         async with aiohttp.ClientSession() as s:
             for _ in range(300):
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with s.get(srv.base + "/readyz") as r:
-                        if r.status == 200:
-                            break
+                if await ready(s, srv.base):
+                    break
                 assert srv.alive(), srv.log.decode(errors="replace")[-2000:]
                 await asyncio.sleep(0.05)
         yield srv

@@ -6,7 +6,6 @@ real receivers on 127.0.0.1."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -15,15 +14,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.helpers import WORKER_ENV, cli_env
+from tests.helpers import WORKER_ENV, cli_env, free_port, ready
 
 TOKEN = "sdk-admin-token-0123456789abcdef"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -50,14 +43,8 @@ async def server(db_url: str, tmp_path: Path) -> AsyncIterator[Server]:
     try:
         async with aiohttp.ClientSession() as s:
             for _ in range(400):
-                try:
-                    async with s.get(base + "/readyz") as r:
-                        # Ours, not another process's 200 on a port taken
-                        # between free_port() and the bind.
-                        if r.status == 200 and await r.text() == '{"ready":true}':
-                            break
-                except aiohttp.ClientError:
-                    pass
+                if await ready(s, base):
+                    break
                 assert proc.returncode is None, log.read_text(errors="replace")[-3000:]
                 await asyncio.sleep(0.05)
             else:
