@@ -186,7 +186,7 @@ async def test_slowing_endpoint_gets_fewer_parallel_requests(
     await add_endpoint(conn, receiver.url("/slow"), max_in_flight=50, timeout_ms=200,
                        retry_base_ms=0, retry_cap_ms=0, max_attempts=1,
                        failure_threshold=1000)  # fmt: skip
-    await catalog.enqueue_bulk(conn, [(f"s{i}", "t", "{}", None) for i in range(120)])
+    await catalog.enqueue_bulk(conn, [(f"s{i}", "t", "{}", None) for i in range(160)])
     await drain(db_url, timeout=60)
     # Without adaptation 50 would start at once; AIMD starts at its slow
     # start's first step (INITIAL places) and halves once a window of
@@ -195,15 +195,19 @@ async def test_slowing_endpoint_gets_fewer_parallel_requests(
     # ones, less the skew of when the receiver saw them (up to 100 ms on a
     # busy host: a window count over start times caught two waves there).
     starts = sorted(r.at for r in receiver.received)
-    assert len(starts) == 120
+    assert len(starts) == 160
     first_wave = starts[concurrency.INITIAL] - starts[0]
     assert first_wave >= 0.1, first_wave
 
     def together(ts: list[float]) -> int:
         return max(sum(1 for t in ts if s <= t < s + 0.1) for s in ts)
 
-    assert together(starts[-40:]) <= concurrency.INITIAL // 2, together(starts[-40:])
-    assert await statuses(conn) == {"dead_letter": 120}
+    # After the first two waves (64), halved: waves of 16 or 17; unhalved:
+    # of 32 (checked). The bound sits between, since on a busy host a
+    # wave's late starts reach into the next one's 100 ms (20 seen in CI).
+    later = starts[2 * concurrency.INITIAL :]
+    assert together(later) <= concurrency.INITIAL * 3 // 4, together(later)
+    assert await statuses(conn) == {"dead_letter": 160}
 
 
 async def test_claims_spread_over_endpoints_and_still_fill_for_one_busy_endpoint(
