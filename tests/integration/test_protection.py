@@ -199,14 +199,13 @@ async def test_slowing_endpoint_gets_fewer_parallel_requests(
     first_wave = starts[concurrency.INITIAL] - starts[0]
     assert first_wave >= 0.1, first_wave
 
-    def together(ts: list[float]) -> int:
-        return max(sum(1 for t in ts if s <= t < s + 0.1) for s in ts)
-
-    # After the first two waves (64), halved: waves of 16 or 17; unhalved:
-    # of 32 (checked). The bound sits between, since on a busy host a
-    # wave's late starts reach into the next one's 100 ms (20 seen in CI).
+    # Then the rate: halved, the 96 starts after the first two waves come
+    # 16 (later 8) a timeout, over six timeouts (1.2 s); unhalved, 32 a
+    # timeout, over two (0.4 s; checked). A count in a 100 ms window caught
+    # 20 and 27 in CI's serial lane, where the receiver saw waves late.
     later = starts[2 * concurrency.INITIAL :]
-    assert together(later) <= concurrency.INITIAL * 3 // 4, together(later)
+    ms = [round(1000 * (t - starts[0])) for t in starts]
+    assert later[-1] - later[0] >= 4 * 0.2, ms
     assert await statuses(conn) == {"dead_letter": 160}
 
 
